@@ -1,0 +1,9 @@
+"""Pure lifecycle decisions: ``decide(observed, now) -> Plan``.
+
+No I/O: no kubernetes, kopf or network imports (an import-linter contract enforces it). The
+clock is a parameter; waiting is returned as data.
+"""
+
+from baton.lifecycle.decide import decide
+
+__all__ = ["decide"]

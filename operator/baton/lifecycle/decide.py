@@ -1,0 +1,766 @@
+"""decide(observed, now) -> Plan: every lifecycle decision, pure and clock-injected.
+
+One call returns the next thing to do for one runtime. The executor carries it out and calls
+decide() again on a fresh observation; waiting is returned as data (Plan.wait_seconds), never
+slept here. Each new step is persisted in status.transition (a WriteStatus) before the pass
+that acts on it, so whoever holds the Lease next resumes exactly there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Callable
+
+from baton.lifecycle import conditions as cond
+from baton.lifecycle import manifests as mf
+from baton.lifecycle import plan as p
+from baton.model import observed as obs
+from baton.model import spec as spec_model
+from baton.model import status as st
+
+S = st.Step
+R = st.Reason
+C = st.ConditionType
+
+MAX_BACKOFF_SECONDS = 300.0
+HISTORY_LIMIT = 10
+# Wake a little after a foreign Lease should have expired, so takeover is prompt.
+LEASE_EXPIRY_SLACK = 0.2
+
+
+def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
+    o = observed
+    if not o.deleting and mf.FINALIZER not in o.finalizers:
+        return p.Plan((p.AddFinalizer(),), 0, "add finalizer")
+    if o.deleting and mf.FINALIZER not in o.finalizers:
+        return p.Plan((), None, "being deleted; nothing of ours is left")
+    t = o.status.transition
+    if t is None:
+        return _idle(o, now)
+    if not _transition_needs_lease(o, t):
+        if _held_by_me(o, now):
+            return p.Plan((p.ReleaseLease(),), None, "holding for a person; Lease released")
+        return p.Plan((), None, "cleanup failed; waiting for baton.dev/force-recovery")
+    return _with_lease(o, now, lambda: _step(o, t, now))
+
+
+# --- the Lease ------------------------------------------------------------------------------
+
+
+def _held_by_me(o: obs.Observed, now: datetime.datetime) -> bool:
+    return o.lease.holder == o.identity and not o.lease.free_at(now)
+
+
+def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Plan]) -> p.Plan:
+    lease, status = o.lease, o.status
+    if _held_by_me(o, now):
+        if status.fencing_token > lease.token:
+            # Somebody acquired after us and wrote status: we are the stale holder.
+            return p.Plan((), 1.0, "fenced out: status carries a newer token")
+        if status.fencing_token < lease.token and status.transition is not None:
+            # Resuming someone's transition: write our token before any step is acted on.
+            resumed = _base(o, now)
+            return p.Plan(
+                (
+                    p.WriteStatus(resumed),
+                    p.Event(
+                        "Normal",
+                        R.LEASE_ACQUIRED.value,
+                        f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
+                        f"resuming {status.transition.kind.value} at step {status.transition.step.value}",
+                    ),
+                ),
+                0,
+                "write fencing token before resuming",
+            )
+        return then()
+    if lease.free_at(now):
+        token = max(lease.token, status.fencing_token) + 1
+        return p.Plan((p.AcquireLease(token=token),), 0, f"acquire Lease (token {token})")
+    # Held by another process that is still renewing.
+    expiry = lease.expires_at()
+    wait = LEASE_EXPIRY_SLACK + (max(0.0, (expiry - now).total_seconds()) if expiry else 1.0)
+    since = o.lock_wait_since or now
+    waited = (now - since).total_seconds()
+    budget = o.spec.budgets.lock_seconds
+    actions: list[p.Action] = []
+    if status.transition is None:
+        # Nobody visibly works on this runtime, yet the Lease is held: that is a lock timeout.
+        degraded = status.condition(C.DEGRADED)
+        if waited >= budget and not (degraded and degraded.reason == R.LOCK_TIMEOUT.value):
+            new = _with_conditions(
+                status,
+                o,
+                now,
+                (C.DEGRADED, True, R.LOCK_TIMEOUT, f"lifecycle Lease held by {lease.holder} for more than lockSeconds={budget}; retrying"),
+            )
+            actions += [
+                p.WriteStatus(new),
+                p.Event("Warning", R.LOCK_TIMEOUT.value, f"waited {waited:.0f}s for the lifecycle Lease held by {lease.holder}"),
+                p.Record(p.Metric.LOCK_TIMEOUTS),
+            ]
+        elif waited < budget:
+            wait = min(wait, budget - waited + 0.05)
+    return p.Plan(tuple(actions), wait, f"Lease held by {lease.holder}")
+
+
+# --- status helpers --------------------------------------------------------------------------
+
+
+def _base(o: obs.Observed, now: datetime.datetime) -> st.ToolRuntimeStatus:
+    """Status as this holder writes it: its fencing token, identity and observed generation."""
+    token = max(o.status.fencing_token, o.lease.token if o.lease.holder == o.identity else 0)
+    return o.status.model_copy(
+        update={"fencing_token": token, "holder": o.identity, "observed_generation": o.meta_generation}
+    )
+
+
+Cond = tuple[st.ConditionType, bool, st.Reason | str, str]
+
+
+def _with_conditions(
+    status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime, *changes: Cond
+) -> st.ToolRuntimeStatus:
+    conds = status.conditions
+    for kind, true, reason, message in changes:
+        conds = cond.set_condition(
+            conds, kind=kind, true=true, reason=reason, message=message,
+            observed_generation=o.meta_generation, now=now,
+        )
+    return status.model_copy(update={"conditions": conds})
+
+
+def _initial_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime) -> st.ToolRuntimeStatus:
+    """Every condition type is present from the first write on, each with a reason."""
+    missing: list[Cond] = []
+    if status.condition(C.READY) is None:
+        missing.append((C.READY, False, R.NO_GENERATION, "no generation serves yet"))
+    if status.condition(C.PROGRESSING) is None:
+        missing.append((C.PROGRESSING, False, R.IDLE, ""))
+    if status.condition(C.CLEANUP_FAILED) is None:
+        missing.append((C.CLEANUP_FAILED, False, R.CLEAN, ""))
+    if status.condition(C.DEGRADED) is None:
+        missing.append((C.DEGRADED, False, R.HEALTHY, ""))
+    if status.condition(C.SUSPENDED) is None:
+        missing.append((C.SUSPENDED, False, R.ACTIVE, ""))
+    return _with_conditions(status, o, now, *missing)
+
+
+def _step_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.ToolRuntimeStatus:
+    what = f"{t.kind.value} {_arrow(t)} ({t.trigger.value}): {t.step.value}"
+    return _with_conditions(
+        _initial_conditions(status, o, now),
+        o,
+        now,
+        (C.PROGRESSING, True, t.step.value, what),
+        (C.READY, False, t.step.value, what),
+    )
+
+
+def _arrow(t: st.Transition) -> str:
+    a = f"g{t.from_}" if t.from_ else "-"
+    b = f"g{t.to}" if t.to else "-"
+    return f"{a}→{b}"
+
+
+def _seconds(n: float) -> datetime.timedelta:
+    return datetime.timedelta(seconds=n)
+
+
+def _remaining(deadline: datetime.datetime | None, now: datetime.datetime) -> float:
+    if deadline is None:
+        return 0.0
+    return max(0.0, (deadline - now).total_seconds())
+
+
+def _next_generation(o: obs.Observed) -> int:
+    seen = [o.status.latest_generation]
+    if o.status.current:
+        seen.append(o.status.current.generation)
+    if o.status.transition and o.status.transition.to:
+        seen.append(o.status.transition.to)
+    seen += [h.generation for h in o.status.history]
+    seen += [pod.generation for pod in o.pods if pod.generation is not None]
+    return max(seen) + 1
+
+
+def _retiring(
+    o: obs.Observed,
+    now: datetime.datetime,
+    *,
+    kind: st.TransitionKind,
+    trigger: st.Trigger,
+    pod: obs.PodInfo | None,
+    generation: int | None,
+    uid: str | None,
+    to: int | None = None,
+    started_at: datetime.datetime | None = None,
+) -> st.Transition:
+    """A transition that begins by retiring `pod` (or, if it is already gone, skips to the end)."""
+    return st.Transition(
+        kind=kind,
+        trigger=trigger,
+        from_=generation,
+        from_pod=pod.name if pod else (mf.pod_name(o.name, generation) if generation else None),
+        from_uid=uid,
+        from_started_at=(pod.created_at if pod else None) or started_at,
+        to=to,
+        step=S.STOPPING_ADMISSION,
+        started_at=now,
+        step_started_at=now,
+        deadline=now + _seconds(o.spec.budgets.drain_seconds),
+    )
+
+
+# --- idle: nothing in flight -----------------------------------------------------------------
+
+
+def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
+    status = o.status
+    current = status.current
+    current_pod = o.pod_by_uid(current.uid) if current else None
+
+    stale = _stale_verbs(o, current_pod)
+    if stale:
+        return p.Plan(stale, 0, "stale verb refused")
+
+    start = _intent(o, now, current_pod)
+    if isinstance(start, st.Transition):
+        if o.shutting_down:
+            return _park(o, now, "shutting down: no new transition")
+        return _with_lease(o, now, lambda: _begin(o, now, start))
+
+    service_actions = _service_actions(o)
+    desired = _steady_status(o, now, current_pod)
+    wait = start  # None, or seconds until a back-off ends
+    if desired != status and not o.shutting_down:
+        return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(desired), *service_actions), 0, "steady status"))
+    if o.lease.holder == o.identity:
+        return p.Plan((*service_actions, p.ReleaseLease()), wait, "idle: release Lease")
+    return p.Plan(service_actions, wait, "idle")
+
+
+def _park(o: obs.Observed, now: datetime.datetime, note: str) -> p.Plan:
+    if o.lease.holder == o.identity:
+        return p.Plan((p.ReleaseLease(),), None, note)
+    return p.Plan((), None, note)
+
+
+def _stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Action, ...]:
+    actions: list[p.Action] = []
+    current = o.status.current
+    reset = o.annotations.get(mf.ANN_RESET)
+    if reset is not None:
+        valid = (
+            current is not None
+            and current_pod is not None
+            and not o.spec.suspend
+            and not o.deleting
+            and reset.strip() == str(current.generation)
+        )
+        if not valid:
+            now_gen = str(current.generation) if current else "none"
+            actions += [
+                p.Event("Warning", R.STALE_RESET.value,
+                        f"reset names generation {reset!s}, but the current generation is {now_gen}: nothing touched"),
+                p.RemoveAnnotation(mf.ANN_RESET),
+                p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
+            ]
+    force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
+    if force is not None:
+        actions += _stale_force(o, force, "no cleanup failure is pending")
+    return tuple(actions)
+
+
+def _stale_force(o: obs.Observed, value: str, why: str) -> list[p.Action]:
+    return [
+        p.Event("Warning", R.STALE_FORCE_RECOVERY.value,
+                f"force-recovery names generation {value!s}, but {why}: nothing touched"),
+        p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY),
+        p.Record(p.Metric.STALE_VERBS, (("verb", "force-recovery"),)),
+    ]
+
+
+def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.Transition | float | None:
+    """The transition due now, or seconds until one may start, or None for none."""
+    status, current = o.status, o.status.current
+    kinds = st.TransitionKind
+    trig = st.Trigger
+    if o.deleting:
+        victim = current_pod or (o.pods[0] if o.pods else None)
+        if victim is not None:
+            return _retiring(o, now, kind=kinds.DELETE, trigger=trig.DELETED, pod=victim,
+                             generation=victim.generation, uid=victim.uid)
+        return st.Transition(kind=kinds.DELETE, trigger=trig.DELETED, step=S.FINALIZING,
+                             started_at=now, step_started_at=now)
+    strays = [pod for pod in o.pods if current_pod is None or pod.uid != current_pod.uid]
+    if strays:
+        stray = strays[0]
+        return _retiring(o, now, kind=kinds.RETIRE, trigger=trig.ORPHAN, pod=stray,
+                         generation=stray.generation, uid=stray.uid)
+    if o.spec.suspend:
+        if current_pod is not None and current is not None:
+            return _retiring(o, now, kind=kinds.RETIRE, trigger=trig.SUSPENDED, pod=current_pod,
+                             generation=current.generation, uid=current.uid)
+        return None
+    nxt = _next_generation(o)
+    if current is not None:
+        lost = current_pod is None or current_pod.phase in ("Failed", "Succeeded") or current_pod.deleting
+        if lost:
+            return _retiring(o, now, kind=kinds.HANDOFF, trigger=trig.POD_LOST, pod=current_pod,
+                             generation=current.generation, uid=current.uid, to=nxt,
+                             started_at=current.started_at)
+        if o.annotations.get(mf.ANN_RESET, "").strip() == str(current.generation):
+            return _retiring(o, now, kind=kinds.HANDOFF, trigger=trig.RESET, pod=current_pod,
+                             generation=current.generation, uid=current.uid, to=nxt)
+        if current.template_hash != o.desired_hash:
+            if o.missing_config_refs:
+                return None  # keep serving the old one; Degraded says why
+            return _retiring(o, now, kind=kinds.HANDOFF, trigger=trig.TEMPLATE_CHANGED, pod=current_pod,
+                             generation=current.generation, uid=current.uid, to=nxt)
+        return None
+    # Nothing serves: start a generation, unless backing off or the config is incomplete.
+    if o.missing_config_refs:
+        return None
+    if status.retry and status.retry.not_before and now < status.retry.not_before:
+        return _remaining(status.retry.not_before, now)
+    trigger = trig.RETRY if status.retry else (trig.RESUMED if status.history else trig.INITIAL)
+    return st.Transition(kind=kinds.CREATE, trigger=trigger, to=nxt, step=S.CREATING,
+                         started_at=now, step_started_at=now)
+
+
+def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
+    status = _base(o, now)
+    degraded = status.condition(C.DEGRADED)
+    changes: list[Cond] = []
+    if degraded and degraded.reason == R.LOCK_TIMEOUT.value:
+        changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))
+    latest = max(status.latest_generation, t.to or 0)
+    status = status.model_copy(update={"transition": t, "latest_generation": latest})
+    status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
+    actions: list[p.Action] = [
+        p.WriteStatus(status),
+        p.Event("Normal", R.TRANSITION_STARTED.value,
+                f"{t.kind.value} {_arrow(t)} ({t.trigger.value}) by {o.identity}, fencing token {status.fencing_token}"),
+        p.Record(p.Metric.TRANSITIONS, (("kind", t.kind.value),)),
+    ]
+    if t.trigger == st.Trigger.POD_LOST:
+        actions.append(p.Event("Warning", R.POD_LOST.value,
+                               f"pod {t.from_pod} of generation {t.from_} is gone or failed; handing off to g{t.to}"))
+    if t.trigger == st.Trigger.RESET:
+        actions.append(p.RemoveAnnotation(mf.ANN_RESET))
+    return p.Plan(tuple(actions), 0, f"begin {t.kind.value} {_arrow(t)}")
+
+
+def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
+    status = o.status
+    if not status.conditions and not o.spec.suspend and not o.missing_config_refs:
+        return status  # the first transition writes the initial conditions
+    changes: list[Cond] = [(C.PROGRESSING, False, R.IDLE, "")]
+    if o.spec.suspend:
+        changes += [
+            (C.SUSPENDED, True, R.SUSPENDED, "spec.suspend is true: no generation runs"),
+            (C.READY, False, R.SUSPENDED, "suspended"),
+        ]
+    else:
+        changes.append((C.SUSPENDED, False, R.ACTIVE, ""))
+        if status.current is None and status.retry and status.retry.not_before and now < status.retry.not_before:
+            changes.append((C.READY, False, R.BACKING_OFF,
+                            f"retrying after a connect failure at {status.retry.not_before.isoformat()}"))
+    if o.missing_config_refs:
+        changes.append((C.DEGRADED, True, R.CONFIG_REF_MISSING,
+                        "missing: " + ", ".join(sorted(o.missing_config_refs))))
+    else:
+        degraded = status.condition(C.DEGRADED)
+        if degraded and degraded.reason == R.CONFIG_REF_MISSING.value:
+            changes.append((C.DEGRADED, False, R.HEALTHY, "referenced config present"))
+    new = _with_conditions(_initial_conditions(status, o, now), o, now, *changes)
+    if new == status:
+        return status
+    return new.model_copy(update={"observed_generation": o.meta_generation})
+
+
+def _service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    if o.spec.service is None:
+        return (p.DeleteService(),) if o.service.exists else ()
+    want = mf.build_service(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, service=o.spec.service)
+    have = o.service
+    same = (
+        have.exists
+        and have.selector == want["spec"]["selector"]
+        and have.session_affinity == want["spec"]["sessionAffinity"]
+        and [pt.wire() for pt in have.ports] == [spec_model.ServicePort.model_validate(x).wire() for x in want["spec"]["ports"]]
+    )
+    return () if same else (p.EnsureService(want),)
+
+
+# --- a transition in flight ------------------------------------------------------------------
+
+
+def _transition_needs_lease(o: obs.Observed, t: st.Transition) -> bool:
+    """A held cleanup failure waits for a person; it needs no Lease until something changes."""
+    if t.step != S.CLEANUP_FAILED:
+        return True
+    if o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE:
+        return True
+    if mf.ANN_FORCE_RECOVERY in o.annotations:
+        return True
+    return o.pod_by_uid(t.from_uid) is None
+
+
+def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    if o.deleting and t.kind != st.TransitionKind.DELETE:
+        return _convert_to_delete(o, t, now)
+    if o.shutting_down:
+        # Everything up to here is persisted: hand the transition back for the next holder.
+        return p.Plan((p.ReleaseLease(),), None, "shutting down: Lease handed back")
+    handler = {
+        S.STOPPING_ADMISSION: _stopping_admission,
+        S.DRAINING: _draining,
+        S.TERMINATING: _terminating,
+        S.AWAITING_POD_GONE: _awaiting_pod_gone,
+        S.CLEANUP_FAILED: _cleanup_failed,
+        S.CREATING: _creating,
+        S.CONNECTING: _connecting,
+        S.FINALIZING: _finalizing,
+    }[t.step]
+    return handler(o, t, now)
+
+
+def _advance(
+    o: obs.Observed,
+    t: st.Transition,
+    now: datetime.datetime,
+    step: st.Step,
+    *,
+    deadline: datetime.datetime | None,
+    extra: tuple[p.Action, ...] = (),
+    conditions: tuple[Cond, ...] = (),
+    **changes: object,
+) -> p.Plan:
+    new_t = t.model_copy(update={"step": step, "step_started_at": now, "deadline": deadline, **changes})
+    status = _base(o, now).model_copy(update={"transition": new_t})
+    if new_t.to:
+        status = status.model_copy(update={"latest_generation": max(status.latest_generation, new_t.to)})
+    status = _with_conditions(_step_conditions(status, o, now, new_t), o, now, *conditions)
+    return p.Plan(
+        (p.WriteStatus(status), _step_timing(t, now), *extra),
+        0,
+        f"{t.step.value} -> {step.value}",
+    )
+
+
+def _step_timing(t: st.Transition, now: datetime.datetime) -> p.Record:
+    return p.Record(p.Metric.STEP_DURATION, (("step", t.step.value),),
+                    max(0.0, (now - t.step_started_at).total_seconds()))
+
+
+def _convert_to_delete(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """A delete arrived mid-transition: finish retiring what stands, start nothing new."""
+    kinds = st.TransitionKind
+    if t.retiring:
+        new_t = t.model_copy(update={"kind": kinds.DELETE})
+    else:
+        fresh = o.pod_by_uid(t.to_uid) or (o.pod_by_name(mf.pod_name(o.name, t.to)) if t.to else None)
+        if fresh is not None:
+            new_t = _retiring(o, now, kind=kinds.DELETE, trigger=st.Trigger.DELETED, pod=fresh,
+                              generation=fresh.generation, uid=fresh.uid)
+        else:
+            new_t = st.Transition(kind=kinds.DELETE, trigger=st.Trigger.DELETED, step=S.FINALIZING,
+                                  started_at=now, step_started_at=now)
+    status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
+    return p.Plan((p.WriteStatus(status),), 0, "runtime deleted mid-transition")
+
+
+def _drain_incomplete(o: obs.Observed, t: st.Transition, why: str) -> tuple[p.Action, ...]:
+    return (
+        p.Event("Warning", R.DRAIN_INCOMPLETE.value,
+                f"generation {t.from_} ({t.from_pod}): {why} within drainSeconds={o.spec.budgets.drain_seconds}; terminating anyway"),
+        p.Record(p.Metric.DRAIN_INCOMPLETE),
+    )
+
+
+def _stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    old = o.pod_by_uid(t.from_uid)
+    if old is None:
+        return _retire_done(o, t, now)
+    if old.serving:
+        return p.Plan((p.SetServing(old.name, old.uid, False),), 0, "stop admission")
+    cleanup_deadline = now + _seconds(o.spec.budgets.cleanup_seconds)
+    if o.spec.service is not None and o.endpoints_list_retiring_pod:
+        if t.deadline is not None and now >= t.deadline:
+            return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline, drain_incomplete=True,
+                            extra=_drain_incomplete(o, t, "EndpointSlices still listed the pod"))
+        return p.Plan((), _remaining(t.deadline, now), "waiting for EndpointSlices to drop the pod")
+    return _advance(o, t, now, S.DRAINING, deadline=t.deadline)
+
+
+def _draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    old = o.pod_by_uid(t.from_uid)
+    if old is None:
+        return _retire_done(o, t, now)
+    cleanup_deadline = now + _seconds(o.spec.budgets.cleanup_seconds)
+    probe = o.spec.drain.probe
+    if probe is None or o.drain_idle:
+        return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline)
+    if t.deadline is not None and now >= t.deadline:
+        return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline, drain_incomplete=True,
+                        extra=_drain_incomplete(o, t, "the drain probe did not answer 200"))
+    return p.Plan((), min(float(probe.period_seconds), _remaining(t.deadline, now)), "draining")
+
+
+def _terminating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    old = o.pod_by_uid(t.from_uid)
+    if old is None:
+        return _retire_done(o, t, now)
+    if old.deleting:
+        return _advance(o, t, now, S.AWAITING_POD_GONE, deadline=t.deadline)
+    if o.last_error is not None and t.deadline is not None and now >= t.deadline:
+        return _cleanup_failure(o, t, now, old, R.DELETE_REJECTED, f"delete of {old.name} failed: {o.last_error}")
+    grace = o.spec.budgets.termination_grace_seconds
+    return p.Plan((p.DeletePod(old.name, old.uid, grace),), 0 if o.last_error is None else 1.0, "delete old pod")
+
+
+def _awaiting_pod_gone(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    old = o.pod_by_uid(t.from_uid)
+    if old is None:
+        return _retire_done(o, t, now)
+    if t.forced:
+        if old.finalizers or not old.deleting:
+            return p.Plan((p.ForceDeletePod(old.name, old.uid),), 1.0, "force delete (recorded)")
+        return p.Plan((), 1.0, "force-deleted; awaiting pod gone")
+    if t.deadline is not None and now >= t.deadline:
+        return _cleanup_failure(
+            o, t, now, old, R.POD_STUCK_TERMINATING,
+            f"pod {old.name} (uid {old.uid}) still exists {o.spec.budgets.cleanup_seconds}s after its delete"
+            + (f"; finalizers: {', '.join(old.finalizers)}" if old.finalizers else ""),
+        )
+    return p.Plan((), _remaining(t.deadline, now), "awaiting pod gone")
+
+
+def _cleanup_failure(
+    o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo, reason: st.Reason, message: str
+) -> p.Plan:
+    failure = st.CleanupFailure(generation=t.from_ or 0, pod=old.name, uid=old.uid, reason=reason, message=message, at=now)
+    hint = (
+        "force-deleting (recovery.onCleanupFailure=Force)"
+        if o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
+        else f'held: annotate baton.dev/force-recovery="{t.from_}" to abandon the pod'
+    )
+    plan = _advance(
+        o, t, now, S.CLEANUP_FAILED, deadline=None,
+        conditions=((C.CLEANUP_FAILED, True, reason, f"{message}; {hint}"),),
+        extra=(
+            p.Event("Warning", R.CLEANUP_FAILED.value, f"{message}; {hint}"),
+            p.Record(p.Metric.CLEANUP_FAILURES, (("reason", reason.value),)),
+        ),
+    )
+    write = plan.actions[0]
+    assert isinstance(write, p.WriteStatus)
+    with_failure = p.WriteStatus(write.status.model_copy(update={"last_cleanup_failure": failure}))
+    return dataclasses.replace(plan, actions=(with_failure, *plan.actions[1:]))
+
+
+def _cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    old = o.pod_by_uid(t.from_uid)
+    failed = o.status.last_cleanup_failure
+    failed_gen = failed.generation if failed else (t.from_ or 0)
+    if old is None:
+        done = _retire_done(o, t, now, cleanup=(C.CLEANUP_FAILED, False, R.POD_GONE,
+                                                 f"generation {failed_gen}'s pod is gone after its cleanup failure"))
+        return done
+    value = o.annotations.get(mf.ANN_FORCE_RECOVERY)
+    force_policy = o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
+    named = value is not None and value.strip() == str(failed_gen)
+    if force_policy or named:
+        by = f"annotation baton.dev/force-recovery={value}" if named else "recovery.onCleanupFailure=Force"
+        msg = f"abandoned pod {old.name} (uid {old.uid}) of generation {failed_gen} by {by}"
+        extra: list[p.Action] = [
+            p.Event("Normal", R.FORCE_RECOVERED.value, msg),
+            p.Record(p.Metric.FORCE_RECOVERIES),
+        ]
+        if value is not None:
+            extra.append(p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY))
+        return _advance(
+            o, t, now, S.AWAITING_POD_GONE,
+            deadline=now + _seconds(o.spec.budgets.cleanup_seconds),
+            forced=True, message=msg,
+            conditions=((C.CLEANUP_FAILED, False, R.FORCE_RECOVERED, msg),),
+            extra=tuple(extra),
+        )
+    if value is not None:
+        return p.Plan(tuple(_stale_force(o, value, f"the cleanup failure is for generation {failed_gen}")), 0, "stale force-recovery")
+    return p.Plan((p.ReleaseLease(),), None, "cleanup failed: held for a person")
+
+
+def _outcome(o: obs.Observed, t: st.Transition) -> st.Outcome:
+    if t.forced:
+        return st.Outcome.FORCE_RECOVERED
+    if o.deleting or t.kind == st.TransitionKind.DELETE:
+        return st.Outcome.DELETED
+    return {
+        st.Trigger.RESET: st.Outcome.RESET,
+        st.Trigger.POD_LOST: st.Outcome.LOST,
+        st.Trigger.CONNECT_TIMEOUT: st.Outcome.CONNECT_TIMEOUT,
+        st.Trigger.SUSPENDED: st.Outcome.SUSPENDED,
+    }.get(t.trigger, st.Outcome.RETIRED)
+
+
+def backoff_seconds(attempt: int, base: float) -> float:
+    return float(min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1))))
+
+
+def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, cleanup: Cond | None = None) -> p.Plan:
+    """The old pod is confirmed gone (or abandoned by a recorded force recovery): record it."""
+    status = _base(o, now)
+    outcome = _outcome(o, t)
+    current = status.current
+    entry = st.HistoryEntry(
+        generation=t.from_ or 0,
+        pod=t.from_pod,
+        uid=t.from_uid,
+        template_hash=current.template_hash if current and current.generation == t.from_ else None,
+        started_at=t.from_started_at,
+        retired_at=now,
+        outcome=outcome,
+        message=("drain incomplete" if t.drain_incomplete else None),
+    )
+    history = status.history
+    if t.from_:
+        history = (history + (entry,))[-HISTORY_LIMIT:]
+    if current and current.generation == t.from_:
+        current = None
+    status = status.model_copy(update={"history": history, "current": current})
+    actions: list[p.Action] = [
+        _step_timing(t, now),
+        p.Record(p.Metric.HANDOFFS, (("outcome", outcome.value),)),
+    ]
+    extra_conds: list[Cond] = [cleanup] if cleanup else []
+    kinds = st.TransitionKind
+    if o.deleting or t.kind == kinds.DELETE:
+        new_t = t.model_copy(update={"kind": kinds.DELETE, "step": S.FINALIZING, "step_started_at": now, "deadline": None})
+        status = _step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
+    elif t.kind == kinds.HANDOFF and not o.spec.suspend:
+        to = t.to or _next_generation(o)
+        new_t = t.model_copy(update={"to": to, "step": S.CREATING, "step_started_at": now, "deadline": None})
+        status = status.model_copy(update={"latest_generation": max(status.latest_generation, to)})
+        status = _step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
+    else:
+        retry = status.retry
+        if t.trigger == st.Trigger.CONNECT_TIMEOUT and retry is not None:
+            wait = backoff_seconds(retry.attempt, o.backoff_base_seconds)
+            retry = retry.model_copy(update={"not_before": now + _seconds(wait)})
+        status = status.model_copy(update={"transition": None, "retry": retry})
+        why = R.SUSPENDED if o.spec.suspend else (R.BACKING_OFF if retry else R.NO_GENERATION)
+        extra_conds += [
+            (C.PROGRESSING, False, R.IDLE, ""),
+            (C.READY, False, why, f"generation {t.from_} retired ({outcome.value}); none serving"),
+        ]
+        if o.spec.suspend:
+            extra_conds.append((C.SUSPENDED, True, R.SUSPENDED, "spec.suspend is true: no generation runs"))
+    status = _with_conditions(status, o, now, *extra_conds)
+    return p.Plan((p.WriteStatus(status), *actions), 0, f"g{t.from_} confirmed gone ({outcome.value})")
+
+
+def _creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    kinds = st.TransitionKind
+    to = t.to or _next_generation(o)
+    name = mf.pod_name(o.name, to)
+    # Invariant 1: never create while any other pod of this runtime still stands.
+    others = [pod for pod in o.pods if pod.name != name]
+    mine = o.pod_by_name(name)
+    if mine is not None and mine.generation != to:
+        others.append(mine)
+        mine = None
+    if others:
+        stray = others[0]
+        new_t = _retiring(o, now, kind=kinds.HANDOFF, trigger=t.trigger, pod=stray,
+                          generation=stray.generation, uid=stray.uid, to=to)
+        status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
+        return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} still stands: retire it first")
+    if mine is None and (o.spec.suspend or o.missing_config_refs):
+        # Suspended or config incomplete before the pod existed: start nothing, give the number up.
+        status = _base(o, now).model_copy(update={"transition": None})
+        status = _steady_status(o.model_copy(update={"status": status}), now, None)
+        status = _with_conditions(status, o, now, (C.PROGRESSING, False, R.IDLE, ""))
+        return p.Plan((p.WriteStatus(status),), 0, "nothing to create")
+    if mine is not None:
+        return _advance(o, t, now, S.CONNECTING, deadline=now + _seconds(o.spec.budgets.connect_seconds),
+                        to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash)
+    manifest = mf.build_pod(
+        namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, template=o.spec.template,
+        generation=to, fencing_token=o.status.fencing_token, template_hash=o.desired_hash,
+    )
+    return p.Plan((p.CreatePod(manifest),), 0 if o.last_error is None else 1.0, f"create {name}")
+
+
+def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    kinds = st.TransitionKind
+    pod = o.pod_by_uid(t.to_uid)
+    to = t.to or 0
+    if pod is None or pod.phase in ("Failed", "Succeeded") or pod.deleting:
+        # The new generation died before serving: its number is spent, the next one gets a new number.
+        nxt = _next_generation(o)
+        if pod is not None:
+            new_t = _retiring(o, now, kind=kinds.HANDOFF, trigger=st.Trigger.POD_LOST, pod=pod,
+                              generation=to, uid=pod.uid, to=nxt)
+            history = o.status.history
+        else:
+            new_t = t.model_copy(update={"to": nxt, "to_uid": None, "step": S.CREATING,
+                                         "step_started_at": now, "deadline": None})
+            history = (o.status.history + (st.HistoryEntry(generation=to, pod=mf.pod_name(o.name, to), uid=t.to_uid,
+                                                           retired_at=now, outcome=st.Outcome.LOST),))[-HISTORY_LIMIT:]
+        status = _base(o, now).model_copy(update={"transition": new_t, "history": history,
+                                                  "latest_generation": max(o.status.latest_generation, nxt)})
+        status = _step_conditions(status, o, now, new_t)
+        return p.Plan((p.WriteStatus(status),
+                       p.Event("Warning", R.POD_LOST.value, f"new generation {to} lost its pod before Ready; next is g{nxt}")),
+                      0, "new pod lost")
+    if pod.ready:
+        if not pod.serving:
+            return p.Plan((p.SetServing(pod.name, pod.uid, True),), 0, "serve")
+        current = st.Current(generation=to, pod=pod.name, uid=pod.uid,
+                             template_hash=t.template_hash or pod.template_hash or o.desired_hash,
+                             started_at=pod.created_at, ready_since=now)
+        status = _base(o, now).model_copy(update={"current": current, "transition": None, "retry": None})
+        changes: list[Cond] = [
+            (C.READY, True, R.GENERATION_READY, f"generation {to} serves ({pod.name})"),
+            (C.PROGRESSING, False, R.IDLE, ""),
+            (C.SUSPENDED, False, R.ACTIVE, ""),
+        ]
+        degraded = status.condition(C.DEGRADED)
+        if degraded and degraded.status == "True":
+            changes.append((C.DEGRADED, False, R.HEALTHY, f"generation {to} became Ready"))
+        status = _with_conditions(_initial_conditions(status, o, now), o, now, *changes)
+        return p.Plan(
+            (p.WriteStatus(status), _step_timing(t, now),
+             p.Event("Normal", R.GENERATION_READY.value, f"generation {to} ({pod.name}) is Ready and serving")),
+            0, f"g{to} ready",
+        )
+    if t.deadline is not None and now >= t.deadline:
+        attempt = (o.status.retry.attempt if o.status.retry else 0) + 1
+        msg = f"generation {to} ({pod.name}) not Ready within connectSeconds={o.spec.budgets.connect_seconds} (attempt {attempt})"
+        new_t = _retiring(o, now, kind=kinds.RETIRE, trigger=st.Trigger.CONNECT_TIMEOUT, pod=pod,
+                          generation=to, uid=pod.uid)
+        status = _base(o, now).model_copy(update={"transition": new_t, "retry": st.Retry(attempt=attempt)})
+        status = _with_conditions(_step_conditions(status, o, now, new_t), o, now,
+                                  (C.DEGRADED, True, R.CONNECT_TIMEOUT, msg))
+        return p.Plan((p.WriteStatus(status), _step_timing(t, now),
+                       p.Event("Warning", R.CONNECT_TIMEOUT.value, msg),
+                       p.Record(p.Metric.CONNECT_TIMEOUTS)), 0, "connect timeout")
+    return p.Plan((), _remaining(t.deadline, now), f"waiting for {pod.name} Ready")
+
+
+def _finalizing(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    if o.pods:
+        stray = o.pods[0]
+        new_t = _retiring(o, now, kind=st.TransitionKind.DELETE, trigger=st.Trigger.DELETED, pod=stray,
+                          generation=stray.generation, uid=stray.uid)
+        status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
+        return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} still stands: retire it first")
+    actions: list[p.Action] = []
+    if o.service.exists:
+        actions.append(p.DeleteService())
+    actions += [p.DeleteLease(), p.RemoveFinalizer()]
+    return p.Plan(tuple(actions), None, "nothing left: remove Service, Lease, finalizer")

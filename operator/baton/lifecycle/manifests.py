@@ -1,0 +1,117 @@
+"""Pure builders of the objects Baton owns: generation pods and the runtime's Service."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+from baton.model import spec as spec_model
+
+GROUP = "baton.dev"
+API_VERSION = "baton.dev/v1alpha1"
+KIND = "ToolRuntime"
+FINALIZER = "baton.dev/retire"
+LABEL_RUNTIME = "baton.dev/runtime"
+LABEL_GENERATION = "baton.dev/generation"
+LABEL_SERVING = "baton.dev/serving"
+ANN_GENERATION = "baton.dev/generation"
+ANN_FENCING_TOKEN = "baton.dev/fencing-token"
+ANN_TEMPLATE_HASH = "baton.dev/template-hash"
+ANN_RESET = "baton.dev/reset"
+ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
+
+
+def pod_name(runtime: str, generation: int) -> str:
+    return f"{runtime}-g{generation}"
+
+
+def lease_name(runtime: str) -> str:
+    return f"baton-{runtime}"
+
+
+def template_hash(template: dict[str, Any], config_digest: str = "") -> str:
+    """Hash of the pod template plus the digest of the config data it references."""
+    canonical = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256((canonical + "\n" + config_digest).encode()).hexdigest()[:16]
+
+
+def owner_reference(*, name: str, uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def build_pod(
+    *,
+    namespace: str,
+    runtime: str,
+    runtime_uid: str,
+    template: dict[str, Any],
+    generation: int,
+    fencing_token: int,
+    template_hash: str,
+) -> dict[str, Any]:
+    """Generation N's pod. Created not serving: it joins the Service only once Ready."""
+    meta = template.get("metadata") or {}
+    labels = dict(meta.get("labels") or {})
+    labels.update(
+        {LABEL_RUNTIME: runtime, LABEL_GENERATION: str(generation), LABEL_SERVING: "false"}
+    )
+    annotations = dict(meta.get("annotations") or {})
+    annotations.update(
+        {
+            ANN_GENERATION: str(generation),
+            ANN_FENCING_TOKEN: str(fencing_token),
+            ANN_TEMPLATE_HASH: template_hash,
+        }
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(runtime, generation),
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
+        },
+        "spec": copy.deepcopy(template.get("spec") or {}),
+    }
+
+
+def service_selector(runtime: str) -> dict[str, str]:
+    return {LABEL_RUNTIME: runtime, LABEL_SERVING: "true"}
+
+
+def build_service(
+    *, namespace: str, runtime: str, runtime_uid: str, service: spec_model.ServiceSpec
+) -> dict[str, Any]:
+    ports = []
+    for p in service.ports:
+        port: dict[str, Any] = {"port": p.port, "protocol": p.protocol}
+        if p.name:
+            port["name"] = p.name
+        port["targetPort"] = p.target_port if p.target_port is not None else p.port
+        ports.append(port)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": runtime,
+            "namespace": namespace,
+            "labels": {LABEL_RUNTIME: runtime},
+            "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
+        },
+        "spec": {
+            "selector": service_selector(runtime),
+            "ports": ports,
+            "sessionAffinity": service.session_affinity,
+        },
+    }

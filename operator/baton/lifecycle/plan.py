@@ -1,0 +1,151 @@
+"""What decide() returns: actions for the executor to carry out, in order, and how long to wait.
+
+Plain frozen dataclasses; the executor (``baton.execute``) is the only thing that acts on them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any, Union
+
+from baton.model import status
+
+
+class Metric(str, enum.Enum):
+    HANDOFFS = "handoffs"  # labels: outcome
+    CLEANUP_FAILURES = "cleanup_failures"  # labels: reason
+    FORCE_RECOVERIES = "force_recoveries"
+    STALE_VERBS = "stale_verbs"  # labels: verb
+    DRAIN_INCOMPLETE = "drain_incomplete"
+    CONNECT_TIMEOUTS = "connect_timeouts"
+    LOCK_TIMEOUTS = "lock_timeouts"
+    STEP_DURATION = "step_duration"  # labels: step; value: seconds
+    TRANSITIONS = "transitions"  # labels: kind
+
+
+@dataclasses.dataclass(frozen=True)
+class AddFinalizer:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveFinalizer:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoveAnnotation:
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AcquireLease:
+    token: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ReleaseLease:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteLease:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteStatus:
+    """Persist this whole status (the executor writes only the fields that changed)."""
+
+    status: status.ToolRuntimeStatus
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    metric: Metric
+    labels: tuple[tuple[str, str], ...] = ()
+    value: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class EnsureService:
+    manifest: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteService:
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class CreatePod:
+    manifest: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class SetServing:
+    pod: str
+    uid: str
+    serving: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class DeletePod:
+    """Delete with a UID precondition, so a same-named successor can never be hit."""
+
+    pod: str
+    uid: str
+    grace_seconds: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ForceDeletePod:
+    """Grace 0 and strip finalizers: abandons the pod. Only after a recorded force recovery."""
+
+    pod: str
+    uid: str
+
+
+Action = Union[
+    AddFinalizer,
+    RemoveFinalizer,
+    RemoveAnnotation,
+    AcquireLease,
+    ReleaseLease,
+    DeleteLease,
+    WriteStatus,
+    Event,
+    Record,
+    EnsureService,
+    DeleteService,
+    CreatePod,
+    SetServing,
+    DeletePod,
+    ForceDeletePod,
+]
+
+# Actions that change pods: the executor refuses them unless this process holds the Lease.
+FENCED = (CreatePod, SetServing, DeletePod, ForceDeletePod)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...] = ()
+    # None: nothing is due until something changes (an event wakes the runtime).
+    # 0: observe again at once. N: observe again after N seconds at the latest.
+    wait_seconds: float | None = None
+    note: str = ""
+
+    def kinds(self) -> list[str]:
+        return [type(a).__name__ for a in self.actions]
+
+    def find(self, kind: type[Any]) -> list[Any]:
+        return [a for a in self.actions if isinstance(a, kind)]

@@ -1,0 +1,65 @@
+"""ToolRuntime spec, as admitted by the CRD (defaults already applied by the API server)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import pydantic
+
+from baton.model import base
+
+
+class OnCleanupFailure(str, enum.Enum):
+    HOLD = "Hold"
+    FORCE = "Force"
+
+
+class Budgets(base.Model):
+    lock_seconds: int = 10
+    connect_seconds: int = 60
+    drain_seconds: int = 30
+    termination_grace_seconds: int = 30
+    cleanup_seconds: int = 60
+
+
+class ServicePort(base.Model):
+    name: str | None = None
+    port: int
+    target_port: int | str | None = None
+    protocol: str = "TCP"
+
+
+class ServiceSpec(base.Model):
+    ports: tuple[ServicePort, ...]
+    session_affinity: str = "ClientIP"
+
+
+class HttpGet(base.Model):
+    path: str = "/"
+    port: int | str
+    scheme: str = "HTTP"
+
+
+class DrainProbe(base.Model):
+    http_get: HttpGet
+    period_seconds: int = 1
+    timeout_seconds: int = 1
+
+
+class Drain(base.Model):
+    probe: DrainProbe | None = None
+
+
+class Recovery(base.Model):
+    on_cleanup_failure: OnCleanupFailure = OnCleanupFailure.HOLD
+
+
+class ToolRuntimeSpec(base.Model):
+    # The pod template stays a plain dict: it is the user's PodTemplateSpec, copied verbatim.
+    template: dict[str, Any]
+    service: ServiceSpec | None = None
+    budgets: Budgets = pydantic.Field(default_factory=Budgets)
+    drain: Drain = pydantic.Field(default_factory=Drain)
+    recovery: Recovery = pydantic.Field(default_factory=Recovery)
+    suspend: bool = False

@@ -1,0 +1,189 @@
+"""ToolRuntime status: the persisted lifecycle state (DESIGN.md, "Status")."""
+
+from __future__ import annotations
+
+import datetime
+import enum
+
+import pydantic
+
+from baton.model import base
+
+
+class ConditionType(str, enum.Enum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    CLEANUP_FAILED = "CleanupFailed"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+
+
+class Reason(str, enum.Enum):
+    """Condition and event reasons: one CamelCase word each."""
+
+    GENERATION_READY = "GenerationReady"
+    IDLE = "Idle"
+    CLEAN = "Clean"
+    HEALTHY = "Healthy"
+    ACTIVE = "Active"
+    NO_GENERATION = "NoGeneration"
+    STOPPING_ADMISSION = "StoppingAdmission"
+    DRAINING = "Draining"
+    DRAIN_INCOMPLETE = "DrainIncomplete"
+    TERMINATING = "Terminating"
+    AWAITING_POD_GONE = "AwaitingPodGone"
+    CREATING = "Creating"
+    CONNECTING = "Connecting"
+    CONNECT_TIMEOUT = "ConnectTimeout"
+    LOCK_TIMEOUT = "LockTimeout"
+    POD_STUCK_TERMINATING = "PodStuckTerminating"
+    DELETE_REJECTED = "DeleteRejected"
+    FORCE_RECOVERED = "ForceRecovered"
+    POD_GONE = "PodGone"
+    SUSPENDED = "Suspended"
+    BACKING_OFF = "BackingOff"
+    DELETING = "Deleting"
+    CONFIG_REF_MISSING = "ConfigRefMissing"
+    # Event-only reasons.
+    TRANSITION_STARTED = "TransitionStarted"
+    POD_LOST = "PodLost"
+    STALE_RESET = "StaleReset"
+    STALE_FORCE_RECOVERY = "StaleForceRecovery"
+    CLEANUP_FAILED = "CleanupFailed"
+    LEASE_ACQUIRED = "LeaseAcquired"
+
+
+class Step(str, enum.Enum):
+    """Where a transition stands; persisted in status.transition.step before it is acted on."""
+
+    STOPPING_ADMISSION = "StoppingAdmission"
+    DRAINING = "Draining"
+    TERMINATING = "Terminating"
+    AWAITING_POD_GONE = "AwaitingPodGone"
+    CLEANUP_FAILED = "CleanupFailed"
+    CREATING = "Creating"
+    CONNECTING = "Connecting"
+    FINALIZING = "Finalizing"
+
+
+class TransitionKind(str, enum.Enum):
+    CREATE = "Create"  # no predecessor: start generation `to`
+    HANDOFF = "Handoff"  # retire `from`, then start `to`
+    RETIRE = "Retire"  # retire `from`, start nothing (suspend, connect failure, orphan)
+    DELETE = "Delete"  # retire `from` if any, then remove Service, Lease and the finalizer
+
+
+class Trigger(str, enum.Enum):
+    INITIAL = "Initial"
+    TEMPLATE_CHANGED = "TemplateChanged"
+    RESET = "Reset"
+    POD_LOST = "PodLost"
+    CONNECT_TIMEOUT = "ConnectTimeout"
+    RETRY = "Retry"
+    SUSPENDED = "Suspended"
+    RESUMED = "Resumed"
+    DELETED = "Deleted"
+    ORPHAN = "Orphan"
+
+
+class Outcome(str, enum.Enum):
+    """How a generation ended, in status.history."""
+
+    RETIRED = "Retired"
+    RESET = "Reset"
+    FORCE_RECOVERED = "ForceRecovered"
+    CONNECT_TIMEOUT = "ConnectTimeout"
+    SUSPENDED = "Suspended"
+    DELETED = "Deleted"
+    LOST = "Lost"
+
+
+class Condition(base.Model):
+    type: ConditionType
+    status: str
+    reason: str
+    message: str = ""
+    observed_generation: int | None = None
+    last_transition_time: datetime.datetime | None = None
+
+
+class Current(base.Model):
+    generation: int
+    pod: str
+    uid: str
+    template_hash: str
+    started_at: datetime.datetime | None = None
+    ready_since: datetime.datetime | None = None
+
+
+class Transition(base.Model):
+    kind: TransitionKind
+    trigger: Trigger
+    from_: int | None = pydantic.Field(default=None, alias="from")
+    from_pod: str | None = None
+    from_uid: str | None = None
+    from_started_at: datetime.datetime | None = None
+    to: int | None = None
+    to_uid: str | None = None
+    template_hash: str | None = None
+    step: Step
+    started_at: datetime.datetime
+    step_started_at: datetime.datetime
+    deadline: datetime.datetime | None = None
+    drain_incomplete: bool = False
+    forced: bool = False
+    message: str | None = None
+
+    @property
+    def retiring(self) -> bool:
+        return self.step in (
+            Step.STOPPING_ADMISSION,
+            Step.DRAINING,
+            Step.TERMINATING,
+            Step.AWAITING_POD_GONE,
+            Step.CLEANUP_FAILED,
+        )
+
+
+class CleanupFailure(base.Model):
+    generation: int
+    pod: str
+    uid: str
+    reason: Reason
+    message: str
+    at: datetime.datetime
+
+
+class Retry(base.Model):
+    attempt: int
+    not_before: datetime.datetime | None = None
+
+
+class HistoryEntry(base.Model):
+    generation: int
+    pod: str | None = None
+    uid: str | None = None
+    template_hash: str | None = None
+    started_at: datetime.datetime | None = None
+    retired_at: datetime.datetime | None = None
+    outcome: Outcome
+    message: str | None = None
+
+
+class ToolRuntimeStatus(base.Model):
+    observed_generation: int | None = None
+    fencing_token: int = 0
+    latest_generation: int = 0
+    holder: str | None = None
+    current: Current | None = None
+    transition: Transition | None = None
+    last_cleanup_failure: CleanupFailure | None = None
+    retry: Retry | None = None
+    history: tuple[HistoryEntry, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+
+    def condition(self, kind: ConditionType) -> Condition | None:
+        for c in self.conditions:
+            if c.type == kind:
+                return c
+        return None
