@@ -119,7 +119,11 @@ class Current(base.Model):
 class Transition(base.Model):
     kind: TransitionKind
     trigger: Trigger
-    from_: int | None = pydantic.Field(default=None, alias="from")
+    # Wire name "from" (a Python keyword). No plain `alias`: mypy (without the pydantic plugin)
+    # would then require `from=` in the constructor, which cannot be spelled.
+    from_: int | None = pydantic.Field(
+        default=None, validation_alias=pydantic.AliasChoices("from", "from_"), serialization_alias="from"
+    )
     from_pod: str | None = None
     from_uid: str | None = None
     from_started_at: datetime.datetime | None = None
