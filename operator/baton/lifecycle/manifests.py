@@ -115,3 +115,34 @@ def build_service(
             "sessionAffinity": service.session_affinity,
         },
     }
+
+
+def config_refs(template: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(kind, name, optional) of every ConfigMap and Secret the pod template references."""
+    spec = template.get("spec") or {}
+    refs: set[tuple[str, str, bool]] = set()
+
+    def add(kind: str, ref: dict[str, Any] | None, name_key: str = "name") -> None:
+        if ref and ref.get(name_key):
+            refs.add((kind, str(ref[name_key]), bool(ref.get("optional", False))))
+
+    for group in ("initContainers", "containers", "ephemeralContainers"):
+        for c in spec.get(group) or []:
+            for env in c.get("env") or []:
+                source = env.get("valueFrom") or {}
+                add("ConfigMap", source.get("configMapKeyRef"))
+                add("Secret", source.get("secretKeyRef"))
+            for env_from in c.get("envFrom") or []:
+                add("ConfigMap", env_from.get("configMapRef"))
+                add("Secret", env_from.get("secretRef"))
+    for vol in spec.get("volumes") or []:
+        add("ConfigMap", vol.get("configMap"))
+        add("Secret", vol.get("secret"), "secretName")
+        for source in (vol.get("projected") or {}).get("sources") or []:
+            add("ConfigMap", source.get("configMap"))
+            add("Secret", source.get("secret"))
+    # One entry per object; a reference that is required anywhere is required.
+    merged: dict[tuple[str, str], bool] = {}
+    for kind, name, optional in refs:
+        merged[(kind, name)] = merged.get((kind, name), True) and optional
+    return sorted((k, n, o) for (k, n), o in merged.items())

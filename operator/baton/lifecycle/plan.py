@@ -143,6 +143,8 @@ class Plan:
     # 0: observe again at once. N: observe again after N seconds at the latest.
     wait_seconds: float | None = None
     note: str = ""
+    # True while this runtime needs the Lease and another process holds it (lock wait).
+    lease_wait: bool = False
 
     def kinds(self) -> list[str]:
         return [type(a).__name__ for a in self.actions]

@@ -1,0 +1,35 @@
+"""`python -m baton`: run the operator (kopf underneath, peering off)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import kopf
+
+from baton import handlers, logs, settings as settings_mod
+from baton.k8s import client
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="baton", description="Baton: tool-runtime generations, one at a time.")
+    parser.add_argument("--namespace", action="append", default=[],
+                        help="watch only this namespace (repeatable; default: BATON_NAMESPACES, else all)")
+    args = parser.parse_args(argv)
+    settings = settings_mod.Settings.from_env()
+    if args.namespace:
+        settings = settings_mod.Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
+    logs.configure(settings.log_level)
+    client.load_config()
+    handlers.install(settings)
+    kopf.run(
+        standalone=True,
+        clusterwide=not settings.namespaces,
+        namespaces=list(settings.namespaces),
+        identity=settings.identity,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""API client configuration and error helpers."""
+
+from __future__ import annotations
+
+import datetime
+import os
+
+import kubernetes
+from kubernetes.client import exceptions as k8s_exceptions
+
+ApiException = k8s_exceptions.ApiException
+
+
+def load_config() -> None:
+    """Kubeconfig when KUBECONFIG is set (tests, local runs), else the in-cluster account."""
+    if os.environ.get("KUBECONFIG"):
+        kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"])
+    else:
+        try:
+            kubernetes.config.load_incluster_config()
+        except kubernetes.config.ConfigException:
+            kubernetes.config.load_kube_config()
+    cfg = kubernetes.client.Configuration.get_default_copy()
+    # Many runtimes act at once; the default pool of 4 connections would serialize them.
+    cfg.connection_pool_maxsize = 32
+    kubernetes.client.Configuration.set_default(cfg)
+
+
+def core() -> kubernetes.client.CoreV1Api:
+    return kubernetes.client.CoreV1Api()
+
+
+def custom() -> kubernetes.client.CustomObjectsApi:
+    return kubernetes.client.CustomObjectsApi()
+
+
+def coordination() -> kubernetes.client.CoordinationV1Api:
+    return kubernetes.client.CoordinationV1Api()
+
+
+def discovery() -> kubernetes.client.DiscoveryV1Api:
+    return kubernetes.client.DiscoveryV1Api()
+
+
+def status_of(exc: BaseException) -> int | None:
+    return exc.status if isinstance(exc, ApiException) else None
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return status_of(exc) == 404
+
+
+def is_conflict(exc: BaseException) -> bool:
+    return status_of(exc) == 409
+
+
+def short(exc: BaseException) -> str:
+    """A one-line description of an API error (reason and message, never a body dump)."""
+    if isinstance(exc, ApiException):
+        import json
+
+        try:
+            body = json.loads(exc.body or "{}")
+            return f"{exc.status} {body.get('reason', exc.reason)}: {body.get('message', '')}"[:500]
+        except ValueError:
+            return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def micro_time(t: datetime.datetime) -> str:
+    return t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: object) -> datetime.datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
+    text = str(value).replace("Z", "+00:00")
+    return datetime.datetime.fromisoformat(text)

@@ -1,0 +1,36 @@
+"""Read the ConfigMaps and Secrets a pod template references, reduced to one digest.
+
+Only digests leave this module: Secret data is never logged, evented or written to status.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from baton.k8s import client
+
+
+def read_config_digest(namespace: str, refs: list[tuple[str, str, bool]]) -> tuple[str, list[str]]:
+    """(digest over the data of every referenced object, names of required ones missing)."""
+    if not refs:
+        return "", []
+    parts: list[str] = []
+    missing: list[str] = []
+    for kind, name, optional in refs:
+        try:
+            if kind == "ConfigMap":
+                resp = client.core().read_namespaced_config_map(name, namespace, _preload_content=False)
+            else:
+                resp = client.core().read_namespaced_secret(name, namespace, _preload_content=False)
+        except client.ApiException as exc:
+            if client.is_not_found(exc):
+                parts.append(f"{kind}/{name}:absent")
+                if not optional:
+                    missing.append(f"{kind}/{name}")
+                continue
+            raise
+        obj = json.loads(resp.data)
+        content = json.dumps({"data": obj.get("data") or {}, "binaryData": obj.get("binaryData") or {}}, sort_keys=True)
+        parts.append(f"{kind}/{name}:" + hashlib.sha256(content.encode()).hexdigest())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing

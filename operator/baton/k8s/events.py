@@ -1,0 +1,34 @@
+"""Kubernetes Events about a ToolRuntime (kubectl describe shows them)."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from baton.k8s import client
+
+
+def emit_event(
+    *, namespace: str, runtime: str, runtime_uid: str, type_: str, reason: str, message: str, identity: str
+) -> None:
+    now = client.micro_time(datetime.datetime.now(datetime.timezone.utc))
+    stamp = now[:19] + "Z"
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{runtime}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime",
+            "name": runtime, "namespace": namespace, "uid": runtime_uid,
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1000],
+        "source": {"component": "baton"},
+        "reportingComponent": "baton.dev/operator",
+        "reportingInstance": identity[:128],
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+    client.core().create_namespaced_event(namespace, body)

@@ -1,0 +1,61 @@
+"""ToolRuntime objects: read, patch metadata, patch status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from baton.k8s import client
+
+GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
+
+
+def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        resp = client.custom().get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+        )
+    except client.ApiException as exc:
+        if client.is_not_found(exc):
+            return None
+        raise
+    data: dict[str, Any] = json.loads(resp.data)
+    return data
+
+
+def patch_runtime_metadata(namespace: str, name: str, patch: dict[str, Any]) -> None:
+    client.custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"metadata": patch})
+
+
+def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str], resource_version: str) -> None:
+    """Replace the finalizer list, guarded by resourceVersion (lists merge-patch as a whole)."""
+    client.custom().patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name,
+        {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}},
+    )
+
+
+def patch_runtime_status(namespace: str, name: str, status_patch: dict[str, Any]) -> None:
+    """JSON merge patch of status through the status subresource.
+
+    Deliberately without a resourceVersion precondition: the fence against a stale holder is
+    status.fencingToken, checked by the CRD's CEL transition rule on the API server.
+    """
+    client.custom().patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status_patch}
+    )
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """RFC 7386 merge patch turning `old` into `new` (None where a key disappears)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value) if isinstance(value, dict) and isinstance(old[key], dict) else value
+    return patch

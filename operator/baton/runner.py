@@ -1,0 +1,176 @@
+"""One worker per runtime: observe → decide → execute, woken by watch events or its own timer.
+
+Does I/O (through baton.k8s and baton.execute). Workers of different runtimes run
+concurrently; one runtime's steps are strictly sequential inside its worker, and across
+processes they are serialized by the runtime's Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Iterable
+
+from baton import drainprobe, execute, metrics, settings as settings_mod
+from baton.k8s import client, leases, observe
+from baton.lifecycle import manifests as mf
+from baton.lifecycle import decide as decide_mod
+from baton.lifecycle import plan as p
+from baton.model import status as st
+
+log = logging.getLogger("baton.runner")
+
+# A runtime that keeps asking to act at once this many times in a row is slowed down: a
+# safety net against a decide/observe disagreement turning into a hot loop of API calls.
+HOT_LOOP_LIMIT = 50
+
+
+class Worker:
+    def __init__(self, runner: "Runner", namespace: str, name: str) -> None:
+        self.runner = runner
+        self.key = (namespace, name)
+        self.woken = asyncio.Event()
+        s = runner.settings
+        self.local = observe.Local(
+            identity=s.identity, lease_duration_seconds=s.lease_seconds, backoff_base_seconds=s.backoff_base_seconds
+        )
+        self.last_status: st.ToolRuntimeStatus | None = None
+        self.last_budget_sum: float | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def wake(self) -> None:
+        self.woken.set()
+
+    async def run(self) -> None:
+        ns, name = self.key
+        extra = {"runtime": f"{ns}/{name}"}
+        immediate = 0
+        failures = 0
+        while True:
+            self.woken.clear()
+            self.local.shutting_down = self.runner.shutting_down
+            try:
+                snap = await asyncio.to_thread(observe.read_snapshot, ns, name, self.local)
+            except Exception as exc:
+                failures += 1
+                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                log.warning("observing %s/%s failed (%s); again in %.1fs", ns, name, client.short(exc), delay, extra=extra)
+                if self.runner.shutting_down:
+                    return
+                await self._sleep(delay)
+                continue
+            failures = 0
+            if snap is None:
+                self.runner.executor.drop(self.key)
+                self.last_status = None
+                return
+            o = snap.observed
+            t = o.status.transition
+            if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid:
+                retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
+                idle = retiring is not None and await asyncio.to_thread(
+                    drainprobe.probe_idle, retiring, o.spec.drain.probe, self.runner.settings.probe_allowed
+                )
+                o = o.model_copy(update={"drain_idle": idle})
+                snap.observed = o
+            self.last_status = o.status
+            b = o.spec.budgets
+            self.last_budget_sum = float(b.lock_seconds + b.connect_seconds + b.drain_seconds + b.cleanup_seconds)
+            plan = decide_mod.decide(o, execute.utcnow())
+            if plan.lease_wait or plan.find(p.AcquireLease):
+                if self.local.lock_wait_since is None:
+                    self.local.lock_wait_since = execute.utcnow()
+            elif not self.runner.executor.holds(self.key):
+                self.local.lock_wait_since = None
+            if plan.actions:
+                log.debug("plan %s: %s (%s)", name, plan.kinds(), plan.note, extra=extra)
+            ok = await self.runner.executor.execute(snap, plan, self.local, self.wake)
+            if self.runner.shutting_down and not self.runner.executor.holds(self.key) and (
+                not plan.actions or all(isinstance(a, (p.ReleaseLease, p.Record, p.Event)) for a in plan.actions)
+            ):
+                return  # nothing held, nothing started: this worker is done
+            if not ok:
+                await self._sleep(1.0)
+                continue
+            if plan.wait_seconds == 0:
+                immediate += 1
+                if immediate >= HOT_LOOP_LIMIT:
+                    log.error("runtime %s/%s asked to act at once %d times in a row (%s); slowing down",
+                              ns, name, immediate, plan.note, extra=extra)
+                    immediate = 0
+                    await self._sleep(2.0)
+                continue
+            immediate = 0
+            await self._sleep(plan.wait_seconds)
+
+    async def _sleep(self, seconds: float | None) -> None:
+        if self.runner.shutting_down and seconds is None:
+            seconds = 0.0
+        try:
+            await asyncio.wait_for(self.woken.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+
+
+class Runner:
+    def __init__(self, settings: settings_mod.Settings) -> None:
+        self.settings = settings
+        self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds)
+        self.workers: dict[tuple[str, str], Worker] = {}
+        self.shutting_down = False
+        self.started = time.monotonic()
+
+    def wake(self, namespace: str, name: str, *, create: bool = True) -> None:
+        key = (namespace, name)
+        worker = self.workers.get(key)
+        if worker is None or (worker.task is not None and worker.task.done()):
+            if not create or self.shutting_down:
+                return
+            worker = Worker(self, namespace, name)
+            self.workers[key] = worker
+            worker.task = asyncio.create_task(self._run(worker), name=f"runtime {namespace}/{name}")
+        worker.wake()
+
+    async def _run(self, worker: Worker) -> None:
+        try:
+            await worker.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("worker of %s/%s crashed; it restarts on the next event", *worker.key)
+        finally:
+            if self.workers.get(worker.key) is worker:
+                del self.workers[worker.key]
+
+    async def shutdown(self) -> None:
+        """Start nothing new; let each worker finish its action in flight, hand back its Lease."""
+        self.shutting_down = True
+        metrics.SHUTTING_DOWN.set(1)
+        for w in list(self.workers.values()):
+            w.wake()
+        tasks = [w.task for w in self.workers.values() if w.task is not None]
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_seconds)
+            for t in pending:
+                t.cancel()
+            if pending:
+                log.warning("%d runtime workers did not finish within the shutdown grace", len(pending))
+        # Anything still held (a worker cancelled mid-step) is handed back; the next holder resumes.
+        for key in list(self.executor.held):
+            ns, name = key
+            self.executor.drop(key)
+            try:
+                await asyncio.to_thread(leases.release_lease, namespace=ns, name=mf.lease_name(name),
+                                        identity=self.settings.identity)
+            except Exception as exc:
+                log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc))
+
+    def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
+        for (ns, name), w in list(self.workers.items()):
+            s = w.last_status
+            if s is None:
+                continue
+            conds = {c.type.value: c.status for c in s.conditions}
+            started = s.transition.started_at.timestamp() if s.transition else None
+            yield ns, name, conds, started, w.last_budget_sum if started is not None else None

@@ -1,0 +1,55 @@
+"""Operator settings from the environment (the Helm chart sets these)."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import socket
+
+
+def _default_identity() -> str:
+    pod = os.environ.get("POD_NAME")
+    return pod or f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _bind(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (host or "0.0.0.0", int(port))
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    identity: str
+    namespaces: tuple[str, ...]  # empty: all namespaces
+    metrics_bind: tuple[str, int]
+    health_bind: tuple[str, int]
+    lease_seconds: int
+    backoff_base_seconds: float
+    shutdown_grace_seconds: float
+    probe_allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    log_level: str
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        e = dict(os.environ if env is None else env)
+        namespaces = tuple(n.strip() for n in e.get("BATON_NAMESPACES", "").split(",") if n.strip())
+        allowed = tuple(
+            ipaddress.ip_network(c.strip(), strict=False)
+            for c in e.get("BATON_PROBE_ALLOWED_CIDRS", "0.0.0.0/0,::/0").split(",")
+            if c.strip()
+        )
+        lease_seconds = int(e.get("BATON_LEASE_SECONDS", "15"))
+        if not 3 <= lease_seconds <= 300:
+            raise ValueError(f"BATON_LEASE_SECONDS must be in 3..300, got {lease_seconds}")
+        return cls(
+            identity=e.get("BATON_INSTANCE_ID") or _default_identity(),
+            namespaces=namespaces,
+            metrics_bind=_bind(e.get("BATON_METRICS_BIND", "0.0.0.0:8080")),
+            health_bind=_bind(e.get("BATON_HEALTH_BIND", "0.0.0.0:8081")),
+            lease_seconds=lease_seconds,
+            backoff_base_seconds=float(e.get("BATON_BACKOFF_BASE_SECONDS", "5")),
+            shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
+            probe_allowed=allowed,
+            log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
+        )
