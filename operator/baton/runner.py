@@ -15,7 +15,7 @@ from typing import Iterable
 from baton import drainprobe, execute, metrics, settings as settings_mod
 from baton.k8s import client, leases, observe
 from baton.lifecycle import manifests as mf
-from baton.lifecycle import decide as decide_mod
+from baton import lifecycle
 from baton.lifecycle import plan as p
 from baton.model import status as st
 
@@ -77,7 +77,7 @@ class Worker:
             self.last_status = o.status
             b = o.spec.budgets
             self.last_budget_sum = float(b.lock_seconds + b.connect_seconds + b.drain_seconds + b.cleanup_seconds)
-            plan = decide_mod.decide(o, execute.utcnow())
+            plan = lifecycle.decide(o, execute.utcnow())
             if plan.lease_wait or plan.find(p.AcquireLease):
                 if self.local.lock_wait_since is None:
                     self.local.lock_wait_since = execute.utcnow()
@@ -138,10 +138,13 @@ class Runner:
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("worker of %s/%s crashed; it restarts on the next event", *worker.key)
-        finally:
+            log.exception("worker of %s/%s crashed; restarting it in 5s", *worker.key)
             if self.workers.get(worker.key) is worker:
                 del self.workers[worker.key]
+            asyncio.get_running_loop().call_later(5.0, self.wake, *worker.key)
+            return
+        if self.workers.get(worker.key) is worker:
+            del self.workers[worker.key]
 
     async def shutdown(self) -> None:
         """Start nothing new; let each worker finish its action in flight, hand back its Lease."""
