@@ -42,6 +42,9 @@ def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
         if _held_by_me(o, now):
             return p.Plan((p.ReleaseLease(),), None, "holding for a person; Lease released")
         return p.Plan((), None, "cleanup failed; waiting for baton.dev/force-recovery")
+    if o.shutting_down and not _held_by_me(o, now):
+        # Do not take the Lease (a new token, a status write) only to hand it back.
+        return p.Plan((), None, "shutting down: the transition is left to the next holder")
     return _with_lease(o, now, lambda: _step(o, t, now))
 
 
@@ -149,13 +152,10 @@ def _initial_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: date
 
 def _step_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.ToolRuntimeStatus:
     what = f"{t.kind.value} {_arrow(t)} ({t.trigger.value}): {t.step.value}"
-    return _with_conditions(
-        _initial_conditions(status, o, now),
-        o,
-        now,
-        (C.PROGRESSING, True, t.step.value, what),
-        (C.READY, False, t.step.value, what),
-    )
+    changes: list[Cond] = [(C.PROGRESSING, True, t.step.value, what)]
+    if t.trigger != st.Trigger.ORPHAN:  # retiring a stray leaves the serving generation Ready
+        changes.append((C.READY, False, t.step.value, what))
+    return _with_conditions(_initial_conditions(status, o, now), o, now, *changes)
 
 
 def _arrow(t: st.Transition) -> str:
@@ -235,7 +235,9 @@ def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
     desired = _steady_status(o, now, current_pod)
     wait = start  # None, or seconds until a back-off ends
     if desired != status and not o.shutting_down:
-        return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(desired), *service_actions), 0, "steady status"))
+        # Written under the Lease, so stamped with this holder's token (the API server's fence).
+        stamped = desired.model_copy(update={"fencing_token": _base(o, now).fencing_token, "holder": o.identity})
+        return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *service_actions), 0, "steady status"))
     if o.lease.holder == o.identity:
         return p.Plan((*service_actions, p.ReleaseLease()), wait, "idle: release Lease")
     return p.Plan(service_actions, wait, "idle")
@@ -375,6 +377,8 @@ def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.Pod
         degraded = status.condition(C.DEGRADED)
         if degraded and degraded.reason == R.CONFIG_REF_MISSING.value:
             changes.append((C.DEGRADED, False, R.HEALTHY, "referenced config present"))
+        elif degraded and degraded.reason == R.LOCK_TIMEOUT.value:
+            changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))
     new = _with_conditions(_initial_conditions(status, o, now), o, now, *changes)
     if new == status:
         return status
@@ -415,6 +419,11 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     if o.shutting_down:
         # Everything up to here is persisted: hand the transition back for the next holder.
         return p.Plan((p.ReleaseLease(),), None, "shutting down: Lease handed back")
+    force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
+    if force is not None and t.step != S.CLEANUP_FAILED:
+        # Allowed only while CleanupFailed=True for that generation: never kept for later.
+        return p.Plan(tuple(_stale_force(o, force, f"no cleanup failure is pending ({t.step.value})")), 0,
+                      "stale force-recovery")
     handler = {
         S.STOPPING_ADMISSION: _stopping_admission,
         S.DRAINING: _draining,
@@ -485,9 +494,13 @@ def _stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetim
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
-    if old.serving:
-        return p.Plan((p.SetServing(old.name, old.uid, False),), 0, "stop admission")
     cleanup_deadline = now + _seconds(o.spec.budgets.cleanup_seconds)
+    if old.serving:
+        if o.last_error is not None and t.deadline is not None and now >= t.deadline:
+            # The label flip keeps failing: the drain budget bounds this step too.
+            return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline, drain_incomplete=True,
+                            extra=_drain_incomplete(o, t, "the pod could not be taken out of the Service"))
+        return p.Plan((p.SetServing(old.name, old.uid, False),), 0, "stop admission")
     if o.spec.service is not None and o.endpoints_list_retiring_pod:
         if t.deadline is not None and now >= t.deadline:
             return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline, drain_incomplete=True,
@@ -616,11 +629,13 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
     status = _base(o, now)
     outcome = _outcome(o, t)
     current = status.current
+    # Only the pod with that UID ends `current`: a stray may carry the same generation label.
+    retired_current = current is not None and current.uid == t.from_uid
     entry = st.HistoryEntry(
         generation=t.from_ or 0,
         pod=t.from_pod,
         uid=t.from_uid,
-        template_hash=current.template_hash if current and current.generation == t.from_ else None,
+        template_hash=current.template_hash if current and retired_current else None,
         started_at=t.from_started_at,
         retired_at=now,
         outcome=outcome,
@@ -629,7 +644,7 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
     history = status.history
     if t.from_:
         history = (history + (entry,))[-HISTORY_LIMIT:]
-    if current and current.generation == t.from_:
+    if retired_current:
         current = None
     status = status.model_copy(update={"history": history, "current": current})
     actions: list[p.Action] = [
@@ -653,9 +668,13 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
             retry = retry.model_copy(update={"not_before": now + _seconds(wait)})
         status = status.model_copy(update={"transition": None, "retry": retry})
         why = R.SUSPENDED if o.spec.suspend else (R.BACKING_OFF if retry else R.NO_GENERATION)
+        current_pod = o.pod_by_uid(current.uid) if current else None
         extra_conds += [
             (C.PROGRESSING, False, R.IDLE, ""),
-            (C.READY, False, why, f"generation {t.from_} retired ({outcome.value}); none serving"),
+            # A stray was retired beside a serving generation: that one is still Ready.
+            (C.READY, True, R.GENERATION_READY, f"generation {current.generation} serves ({current.pod})")
+            if current and current_pod and current_pod.ready and not o.spec.suspend
+            else (C.READY, False, why, f"generation {t.from_} retired ({outcome.value}); none serving"),
         ]
         if o.spec.suspend:
             extra_conds.append((C.SUSPENDED, True, R.SUSPENDED, "spec.suspend is true: no generation runs"))
