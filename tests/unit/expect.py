@@ -1,0 +1,141 @@
+"""Expectations on a Plan: exact action types in order, key fields of each, and the wait."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from baton.lifecycle import manifests as mf
+from baton.lifecycle import plan as p
+from baton.model import status as st
+
+from . import builders as b
+
+
+def resolve(obj: Any, path: str) -> Any:
+    """`transition.step`, `history[-1].outcome`, `Ready` -> (status, reason), `Ready.message`,
+    `history#gens` -> tuple of generations."""
+    if path == "history#gens":
+        return tuple(h.generation for h in obj.history)
+    for i, part in enumerate(path.split(".")):
+        m = re.fullmatch(r"(\w+)(?:\[(-?\d+)\])?", part)
+        assert m, path
+        attr, index = m.group(1), m.group(2)
+        if i == 0 and attr in {c.value for c in st.ConditionType}:
+            c = obj.condition(st.ConditionType(attr))
+            assert c is not None, f"condition {attr} missing"
+            if path == attr:
+                return (c.status, c.reason)
+            obj = c
+            continue
+        if obj is None:
+            return None
+        obj = getattr(obj, attr)
+        if index is not None:
+            obj = obj[int(index)]
+    return obj
+
+
+class Expectation:
+    kind: str
+
+    def check(self, action: Any) -> None:
+        raise NotImplementedError
+
+
+@dataclasses.dataclass(frozen=True)
+class WS(Expectation):
+    """A WriteStatus; `fields` maps a path (see resolve) to the wanted value."""
+
+    fields: dict[str, Any]
+    kind: str = "WriteStatus"
+
+    def check(self, action: Any) -> None:
+        assert isinstance(action, p.WriteStatus)
+        for path, want in self.fields.items():
+            got = resolve(action.status, path)
+            assert got == want, f"status.{path}: got {got!r}, want {want!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Ev(Expectation):
+    type: str
+    reason: str
+    contains: str = ""
+    kind: str = "Event"
+
+    def check(self, action: Any) -> None:
+        assert isinstance(action, p.Event)
+        assert (action.type, action.reason) == (self.type, self.reason), action
+        assert self.contains in action.message, f"{self.contains!r} not in {action.message!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Rec(Expectation):
+    metric: p.Metric
+    labels: tuple[tuple[str, str], ...] = ()
+    value: float | None = None
+    kind: str = "Record"
+
+    def check(self, action: Any) -> None:
+        assert isinstance(action, p.Record)
+        assert (action.metric, action.labels) == (self.metric, self.labels), action
+        if self.value is not None:
+            assert action.value == self.value, action
+
+
+def step_time(step: str, value: float | None = None) -> Rec:
+    return Rec(p.Metric.STEP_DURATION, (("step", step),), value)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewPod(Expectation):
+    """A CreatePod of generation `gen` stamped with fencing token `token`."""
+
+    gen: int
+    token: int
+    template_hash: str = b.HASH
+    kind: str = "CreatePod"
+
+    def check(self, action: Any) -> None:
+        assert isinstance(action, p.CreatePod)
+        m = action.manifest
+        meta = m["metadata"]
+        assert (m["apiVersion"], m["kind"]) == ("v1", "Pod")
+        assert meta["name"] == b.name(self.gen) and meta["namespace"] == b.NS
+        assert meta["labels"] == {
+            "app": "search",  # the user's template labels are kept
+            mf.LABEL_RUNTIME: b.RT,
+            mf.LABEL_GENERATION: str(self.gen),
+            mf.LABEL_SERVING: "false",  # joins the Service only once Ready
+        }
+        assert meta["annotations"] == {
+            "team": "tools",
+            mf.ANN_GENERATION: str(self.gen),
+            mf.ANN_FENCING_TOKEN: str(self.token),
+            mf.ANN_TEMPLATE_HASH: self.template_hash,
+        }
+        assert meta["ownerReferences"] == [{
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": b.RT, "uid": b.RT_UID,
+            "controller": True, "blockOwnerDeletion": True,
+        }]
+        assert m["spec"] == b.TEMPLATE["spec"]
+
+
+def kind_of(e: Any) -> str:
+    return e.kind if isinstance(e, Expectation) else type(e).__name__
+
+
+def check_plan(plan: p.Plan, expected: list[Any], wait: float | None) -> None:
+    assert plan.kinds() == [kind_of(e) for e in expected], f"actions: {plan.actions!r} ({plan.note})"
+    for action, e in zip(plan.actions, expected):
+        if isinstance(e, Expectation):
+            e.check(action)
+        else:
+            assert action == e
+    if wait is None:
+        assert plan.wait_seconds is None, f"wait {plan.wait_seconds} ({plan.note})"
+    else:
+        assert plan.wait_seconds is not None, f"wait None ({plan.note})"
+        assert abs(plan.wait_seconds - wait) < 1e-6, f"wait {plan.wait_seconds}, want {wait} ({plan.note})"
