@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
+import os
 import time
 from typing import Any, Callable
 
@@ -210,6 +211,10 @@ class Executor:
         patch = runtimes.merge_patch(o.status.wire(), action.status.wire())
         if not patch:
             return
+        # Always carry the token, changed or not: the CEL rule (new >= stored) is the fence
+        # that rejects this write if another holder has written a newer token meanwhile.
+        patch["fencingToken"] = action.status.fencing_token
+        await self._fault_delay(action, key)
         try:
             await asyncio.to_thread(runtimes.patch_runtime_status, ns, name, patch)
         except client.ApiException as exc:
@@ -221,6 +226,21 @@ class Executor:
                 self.drop(key)
                 raise Aborted("fenced out by the API server") from exc
             raise
+
+    async def _fault_delay(self, action: p.WriteStatus, key: tuple[str, str]) -> None:
+        """Fault injection for tests only: BATON_FAULT_DELAY_STATUS_WRITE="<step>=<seconds>".
+
+        Delays a status write that moves a transition to <step>, so a test can freeze this
+        process (SIGSTOP) between deciding and writing and prove the API server fences it.
+        """
+        spec = os.environ.get("BATON_FAULT_DELAY_STATUS_WRITE", "")
+        step, _, seconds = spec.partition("=")
+        t = action.status.transition
+        if not step or t is None or t.step.value != step:
+            return
+        log.warning("fault injection: delaying the status write to step %s by %ss (token %s)",
+                    step, seconds, action.status.fencing_token, extra={"runtime": "/".join(key)})
+        await asyncio.sleep(float(seconds or "0"))
 
     def _record(self, action: p.Record) -> None:
         labels = dict(action.labels)

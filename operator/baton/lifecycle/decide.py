@@ -105,7 +105,7 @@ def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pl
             ]
         elif waited < budget:
             wait = min(wait, budget - waited + 0.05)
-    return p.Plan(tuple(actions), wait, f"Lease held by {lease.holder}")
+    return p.Plan(tuple(actions), wait, f"Lease held by {lease.holder}", lease_wait=True)
 
 
 # --- status helpers --------------------------------------------------------------------------

@@ -1,0 +1,332 @@
+"""Helpers for tests that run the Baton operator as a real process against a real API server.
+
+- ``OperatorProcess``: ``python -m baton`` in a subprocess, its own ports, killed by pid.
+- ``PodWatch``: a watch log of a namespace's pods (ADDED/MODIFIED/DELETED in API order, with
+  the time each event was received), to prove ordering: never two generations at once.
+- ``runtime_manifest`` and small readers for status, events and metrics.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from harness.wait import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "baton.dev_toolruntimes.yaml"
+GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def install_crd(cluster: Any) -> None:
+    cluster.kubectl("apply", "-f", str(CRD))
+    cluster.kubectl("wait", "--for=condition=established", "--timeout=30s",
+                    "crd/toolruntimes.baton.dev")
+
+
+class OperatorProcess:
+    """One operator replica. Every test stops what it starts (fixture teardown kills by pid)."""
+
+    def __init__(self, cluster: Any, log_dir: Path, *, identity: str, namespaces: list[str],
+                 env: dict[str, str] | None = None, kubeconfig: str | None = None) -> None:
+        self.identity = identity
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.log_path = log_dir / f"operator-{identity}.log"
+        self.env = dict(cluster.env)
+        self.env.update({
+            "KUBECONFIG": kubeconfig or cluster.kubeconfig,
+            "BATON_INSTANCE_ID": identity,
+            "BATON_NAMESPACES": ",".join(namespaces),
+            "BATON_METRICS_BIND": f"127.0.0.1:{self.metrics_port}",
+            "BATON_HEALTH_BIND": f"127.0.0.1:{self.health_port}",
+            "BATON_LEASE_SECONDS": "5",
+            "BATON_BACKOFF_BASE_SECONDS": "2",
+            # Tests never dial pod IPs outside loopback (kwok-a's 192.0.2.0/24 is not ours).
+            "BATON_PROBE_ALLOWED_CIDRS": "127.0.0.0/8",
+            "PYTHONUNBUFFERED": "1",
+        })
+        self.env.update(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> "OperatorProcess":
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "baton"], env=self.env,
+                                     stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
+        wait_for(self.healthy, timeout=30, what=f"operator {self.identity} /healthz",
+                 ignore=(OSError,))
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def healthy(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"operator {self.identity} exited with {self.proc.returncode}:\n"
+                                 + self.log_tail())
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
+            return r.status == 200
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of the samples of `name` whose labels include `labels` (0 if none)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if not line.startswith(name) or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            metric_name = head.split("{", 1)[0]
+            if metric_name != name:
+                continue
+            if all(f'{k}="{v}"' in head for k, v in labels.items()):
+                total += float(value)
+        return total
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+@dataclass
+class PodEvent:
+    type: str
+    name: str
+    uid: str
+    generation: int | None
+    resource_version: int
+    received: float
+    deleting: bool
+    annotations: dict[str, str]
+    created: Any
+    node: str | None
+
+
+@dataclass
+class PodWatch:
+    """Every pod event of a namespace, in the API server's order, received by one watch."""
+
+    api: client.ApiClient
+    namespace: str
+    events: list[PodEvent] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise AssertionError("pod watch did not start")
+
+    def _run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        rv = core.list_namespaced_pod(self.namespace).metadata.resource_version
+        self._ready.set()
+        # Bounded: the watch ends when the test stops it, or after an hour at most.
+        deadline = time.monotonic() + 3600
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            w = watch.Watch()
+            try:
+                for ev in w.stream(core.list_namespaced_pod, self.namespace, resource_version=rv,
+                                   timeout_seconds=5, allow_watch_bookmarks=False):
+                    pod = ev["object"]
+                    rv = pod.metadata.resource_version
+                    labels = pod.metadata.labels or {}
+                    gen = labels.get("baton.dev/generation")
+                    with self._lock:
+                        self.events.append(PodEvent(
+                            type=ev["type"], name=pod.metadata.name, uid=pod.metadata.uid,
+                            generation=int(gen) if gen and gen.isdigit() else None,
+                            resource_version=int(rv), received=time.monotonic(),
+                            deleting=pod.metadata.deletion_timestamp is not None,
+                            annotations=dict(pod.metadata.annotations or {}),
+                            created=pod.metadata.creation_timestamp,
+                            node=pod.spec.node_name))
+                    if self._stop.is_set():
+                        break
+            except ApiException as e:
+                if e.status == 410:  # too old: relist
+                    rv = core.list_namespaced_pod(self.namespace).metadata.resource_version
+                else:
+                    time.sleep(0.5)
+            except Exception:
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def snapshot(self) -> list[PodEvent]:
+        with self._lock:
+            return list(self.events)
+
+    def added(self, name: str | None = None) -> list[PodEvent]:
+        return [e for e in self.snapshot() if e.type == "ADDED" and (name is None or e.name == name)]
+
+    def deleted(self, name: str | None = None) -> list[PodEvent]:
+        return [e for e in self.snapshot() if e.type == "DELETED" and (name is None or e.name == name)]
+
+    def lifetimes(self, runtime: str) -> list[tuple[str, str, int, int | None]]:
+        """(name, uid, index of ADDED, index of DELETED or None) of every pod of `runtime`."""
+        evs = self.snapshot()
+        spans: dict[str, list[Any]] = {}
+        for i, e in enumerate(evs):
+            if not e.name.startswith(runtime + "-g"):
+                continue
+            if e.type == "ADDED":
+                spans[e.uid] = [e.name, e.uid, i, None]
+            elif e.type == "DELETED" and e.uid in spans:
+                spans[e.uid][3] = i
+        return [tuple(v) for v in sorted(spans.values(), key=lambda v: v[2])]  # type: ignore[misc]
+
+    def assert_one_at_a_time(self, runtime: str) -> list[str]:
+        """Invariant 1, from the watch log: each pod's DELETED precedes the next pod's ADDED."""
+        spans = self.lifetimes(runtime)
+        for prev, nxt in zip(spans, spans[1:]):
+            assert prev[3] is not None and prev[3] < nxt[2], (
+                f"{nxt[0]} (uid {nxt[1]}) was ADDED while {prev[0]} (uid {prev[1]}) still existed: {spans}")
+        names = [s[0] for s in spans]
+        assert len(names) == len(set(names)), f"a generation pod name was created twice: {names}"
+        gens = [int(n.rsplit("-g", 1)[1]) for n in names]
+        assert gens == sorted(gens) and len(set(gens)) == len(gens), f"generations not increasing: {gens}"
+        return names
+
+
+def runtime_manifest(name: str, *, image: str = "example/tool:1", budgets: dict[str, int] | None = None,
+                     service: bool = False, annotations: dict[str, str] | None = None,
+                     pod_annotations: dict[str, str] | None = None, loopback: bool = False,
+                     drain_probe: dict[str, Any] | None = None, recovery: str | None = None,
+                     suspend: bool | None = None) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {"containers": [{"name": "server", "image": image,
+                                                "ports": [{"name": "http", "containerPort": 8080}]}]}
+    if loopback:
+        pod_spec["nodeSelector"] = {"baton.dev/loopback": "true"}
+        pod_spec["tolerations"] = [{"key": "baton.dev/loopback", "operator": "Exists", "effect": "NoSchedule"}]
+    spec: dict[str, Any] = {
+        "template": {"metadata": {"labels": {"app": name}, "annotations": dict(pod_annotations or {})},
+                     "spec": pod_spec},
+        "budgets": {"lockSeconds": 10, "connectSeconds": 20, "drainSeconds": 5,
+                    "terminationGraceSeconds": 1, "cleanupSeconds": 10, **(budgets or {})},
+    }
+    if service:
+        spec["service"] = {"ports": [{"port": 80, "targetPort": 8080}]}
+    if drain_probe is not None:
+        spec["drain"] = {"probe": drain_probe}
+    if recovery:
+        spec["recovery"] = {"onCleanupFailure": recovery}
+    if suspend is not None:
+        spec["suspend"] = suspend
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ToolRuntime",
+            "metadata": {"name": name, "annotations": dict(annotations or {})}, "spec": spec}
+
+
+class Runtimes:
+    """Small typed-ish accessors for ToolRuntimes in one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.api, self.ns = api, namespace
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, manifest))
+
+    def get(self, name: str) -> dict[str, Any]:
+        return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name))
+
+    def exists(self, name: str) -> bool:
+        try:
+            self.get(name)
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def patch(self, name: str, body: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name, body)
+
+    def set_image(self, name: str, image: str) -> None:
+        rt = self.get(name)
+        containers = rt["spec"]["template"]["spec"]["containers"]
+        containers[0]["image"] = image
+        self.patch(name, {"spec": {"template": {"spec": {"containers": containers}}}})
+
+    def annotate(self, name: str, key: str, value: str | None) -> None:
+        self.patch(name, {"metadata": {"annotations": {key: value}}})
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return dict(self.get(name).get("status") or {})
+
+    def condition(self, name: str, kind: str) -> dict[str, Any] | None:
+        for c in self.status(name).get("conditions") or []:
+            if c["type"] == kind:
+                return dict(c)
+        return None
+
+    def wait_ready(self, name: str, generation: int, timeout: float = 60) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            st = self.status(name)
+            cur = st.get("current") or {}
+            ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
+            if cur.get("generation") == generation and ready.get("status") == "True" and not st.get("transition"):
+                return st
+            return None
+        return wait_for(check, timeout=timeout, what=f"{self.ns}/{name} generation {generation} Ready",
+                        interval=0.25)
+
+    def events(self, name: str, reason: str | None = None) -> list[Any]:
+        evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
+        return [e for e in evs if e.involved_object.kind == "ToolRuntime" and (reason is None or e.reason == reason)]
+
+    def pods(self, name: str) -> list[Any]:
+        return list(self.core.list_namespaced_pod(self.ns, label_selector=f"baton.dev/runtime={name}").items)
+
+    def pod(self, pod_name: str) -> Any | None:
+        try:
+            return self.core.read_namespaced_pod(pod_name, self.ns)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
