@@ -2,18 +2,29 @@
 # Build the pinned control-plane binaries from the Go module proxy into a cache outside the
 # work tree (default ~/.cache/baton/k8s/<versions-hash>/bin). Idempotent: a finished build is
 # marked by a stamp file and never redone. Prints the bin directory on stdout.
+#   hack/build-tools.sh                  build what is missing, print the bin directory
+#   hack/build-tools.sh --print-bin-dir  print it only if everything is built (exit 3 if not)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
-key="$(sha256sum "$here/versions.env" "$0" | sha256sum | cut -c1-12)"
+# Bump when the build commands below change in a way that changes the binaries: the cache key
+# is the versions plus this number, so editing comments or options of this script rebuilds nothing.
+RECIPE=1
+key="$( { cat "$here/versions.env"; echo "recipe=$RECIPE"; } | sha256sum | cut -c1-12)"
 root="${BATON_TOOLS_CACHE:-$HOME/.cache/baton/k8s}/${KUBERNETES_VERSION}-${key}"
 bin="$root/bin"
-mkdir -p "$bin" "$root/src"
 log() { echo "[build-tools] $*" >&2; }
+stamp() { [[ -f "$bin/.$1.ok" ]]; }
+if [[ "${1:-}" == "--print-bin-dir" ]]; then
+  for t in etcd kwok helm kubernetes; do
+    stamp "$t" || { echo "[build-tools] $t is not built in $bin: run make tools" >&2; exit 3; }
+  done
+  echo "$bin"; exit 0
+fi
+mkdir -p "$bin" "$root/src"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
-stamp() { [[ -f "$bin/.$1.ok" ]]; }
 done_() { touch "$bin/.$1.ok"; }
 
 build_kubernetes() {
@@ -57,15 +68,16 @@ build_etcd() {
   done_ etcd
 }
 
-build_gobin() { # name module version
+build_gobin() { # name module version [extra ldflags]
   stamp "$1" && return 0
   log "building $1 $3"
-  GOFLAGS= GOBIN="$bin" go install -trimpath -ldflags "-s -w" "$2@$3"
+  GOFLAGS= GOBIN="$bin" go install -trimpath -ldflags "-s -w ${4:-}" "$2@$3"
   done_ "$1"
 }
 
 build_etcd
 build_gobin kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
-build_gobin helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+build_gobin helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
+  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 build_kubernetes
 echo "$bin"

@@ -1,0 +1,212 @@
+"""Fixtures for tests against a real Kubernetes API server (details: tests/README.md).
+
+Fixtures
+--------
+``cluster`` (session scope, started lazily: only when a test asks for it)
+    An object with
+    ``.kubeconfig``      path (str) of an admin kubeconfig,
+    ``.api_client``      a ``kubernetes.client.ApiClient`` authenticated as admin,
+    ``.sa_token(namespace, name, expiration_seconds=3600) -> str``  a ServiceAccount token
+                         (TokenRequest API; the ServiceAccount must exist),
+    ``.client_for_token(token) -> ApiClient``  a client that authenticates with that token only,
+    ``.bin_dir``         directory holding ``kubectl`` and ``helm``,
+    ``.env``             environment for subprocesses (KUBECONFIG set to this cluster, bin_dir and
+                         the venv first on PATH, HELM_*_HOME in the session's temp dir),
+    ``.kubectl(*args)`` / ``.helm(*args)`` / ``.run(*argv)``  run those, bounded in time,
+    ``.has_kwok_nodes``  True on the local plane (nodes kwok-a and kwok-loop exist),
+    ``.backend``, ``.logs_dir`` (component logs of the local plane).
+    The backend comes from ``BATON_TEST_BACKEND``: ``local`` (default; a fresh plane from
+    hack/cluster.py in a temp dir, stopped at the end of the session), ``kind`` (pytest-kind; skipped
+    without Docker) or ``existing`` (needs ``BATON_TEST_KUBECONFIG``; refused otherwise). The ambient
+    KUBECONFIG and ~/.kube are ignored; while the session's cluster is up, ``KUBECONFIG`` in
+    ``os.environ`` points at it and in-cluster variables are removed, so a library that looks
+    for "the" cluster finds this one.
+``namespace`` (function scope)
+    The name (str) of a fresh namespace, labelled ``baton.dev/test=true``; deleted afterwards
+    (pods force-deleted first, finalizers left in it stripped; waits bounded, a leftover only warns).
+``kwok_nodes``
+    Skips the test unless the cluster has the kwok nodes of the local plane.
+
+Pods on the local plane (kwok plays their kubelet, see hack/kwok/)
+-----------------------------------------------------------------
+- A pod scheduled to ``kwok-a`` (untainted, pod IPs from 192.0.2.0/24, never dial them) or
+  ``kwok-loop`` (taint ``baton.dev/loopback=true:NoSchedule``, label ``baton.dev/loopback: "true"``,
+  pod IPs from 127.0.100.0/24 on the loopback interface) becomes Running and Ready at once.
+- A deleted pod disappears when its grace period ends (at its deletionTimestamp).
+- A pod that carries a finalizer stays Terminating until the finalizer is removed, then vanishes.
+- Annotation ``baton.dev/test-never-ready: "true"``: the pod runs (gets an IP) but never becomes
+  Ready. Added to a Ready pod, the pod turns un-Ready; removed, the pod turns Ready.
+- Annotation ``baton.dev/test-terminate-after: "<Go duration>"`` (e.g. ``"20s"``): once deleted, the
+  pod takes that long to disappear, whatever its grace period (measured from the delete, or from
+  the last update of the deleting pod).
+Helpers: ``harness.kwok.pod_manifest(...)``, ``harness.wait.wait_for(...)``.
+"""
+from __future__ import annotations
+
+import re
+import time
+import uuid
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from harness.cluster import BackendRefused, BackendUnavailable, Cluster, start
+from harness.wait import wait_for
+
+TESTS = Path(__file__).resolve().parent
+CLUSTER_FIXTURES = {"cluster", "namespace", "kwok_nodes"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        rel = Path(str(item.path)).resolve().relative_to(TESTS).parts if str(item.path).startswith(
+            str(TESTS)) else ()
+        top = rel[0] if rel else ""
+        if top in ("integration", "e2e"):
+            item.add_marker(pytest.mark.integration)
+        if top == "e2e":
+            item.add_marker(pytest.mark.e2e)
+        if top == "unit":
+            item.add_marker(pytest.mark.unit)
+            used = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))
+            if used:
+                raise pytest.UsageError(
+                    f"{item.nodeid}: unit tests must not use cluster fixtures ({', '.join(used)})")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    import os
+
+    backend = os.environ.get("BATON_TEST_BACKEND", "local") or "local"
+    work = tmp_path_factory.mktemp(f"cluster-{backend}")
+    try:
+        c = start(backend, work)
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    except BackendRefused as e:
+        pytest.fail(str(e), pytrace=False)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("KUBECONFIG", c.kubeconfig)
+    for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        mp.delenv(var, raising=False)
+    try:
+        yield c
+    finally:
+        mp.undo()
+        c.stop()
+
+
+@pytest.fixture
+def kwok_nodes(cluster: Cluster) -> None:
+    if not cluster.has_kwok_nodes:
+        pytest.skip(f"needs the kwok nodes of the local plane (backend {cluster.backend})")
+
+
+def _namespace_name(nodename: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", nodename.lower()).strip("-")
+    suffix = uuid.uuid4().hex[:6]
+    return f"t-{slug[:50].rstrip('-')}-{suffix}"
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    core = client.CoreV1Api(cluster.api_client)
+    name = _namespace_name(request.node.name)
+    core.create_namespace({"metadata": {"name": name, "labels": {"baton.dev/test": "true"}}})
+    wait_for(lambda: _has_default_sa(core, name), timeout=30, what=f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        _delete_namespace(cluster, name)
+
+
+def _has_default_sa(core: client.CoreV1Api, ns: str) -> bool:
+    try:
+        core.read_namespaced_service_account("default", ns)
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+NS_REMAINING = re.compile(r"([a-z0-9.-]+) has \d+ resource instances")
+
+
+def _delete_namespace(cluster: Cluster, name: str, timeout: float = 60.0) -> None:
+    """Delete a test namespace quickly and for sure (bounded); a leftover only warns."""
+    core = client.CoreV1Api(cluster.api_client)
+    try:
+        for pod in core.list_namespaced_pod(name).items:
+            if pod.metadata.finalizers:
+                _strip_finalizers(lambda: core.patch_namespaced_pod(
+                    pod.metadata.name, name, {"metadata": {"finalizers": None}}))
+            _ignore_404(lambda: core.delete_namespaced_pod(pod.metadata.name, name,
+                                                           grace_period_seconds=0))
+        core.delete_namespace(name)
+    except ApiException as e:
+        if e.status == 404:
+            return
+        warnings.warn(f"could not delete test namespace {name}: {e.status} {e.reason}")
+        return
+    deadline = time.monotonic() + timeout
+    stripped = False
+    for _ in range(int(timeout / 0.25) + 1):
+        try:
+            ns = core.read_namespace(name)
+        except ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        if not stripped and time.monotonic() > deadline - timeout + 5:
+            stripped = True  # after 5 s: strip finalizers of what is left (custom resources too)
+            _strip_remaining(cluster, name, ns)
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.25)
+    warnings.warn(f"test namespace {name} still exists {timeout}s after its deletion")
+
+
+def _ignore_404(call: object) -> None:
+    try:
+        call()  # type: ignore[operator]
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+_strip_finalizers = _ignore_404
+
+
+def _strip_remaining(cluster: Cluster, name: str, ns: client.V1Namespace) -> None:
+    core = client.CoreV1Api(cluster.api_client)
+    for pod in core.list_namespaced_pod(name).items:
+        if pod.metadata.finalizers:
+            _ignore_404(lambda p=pod: core.patch_namespaced_pod(
+                p.metadata.name, name, {"metadata": {"finalizers": None}}))
+    custom = client.CustomObjectsApi(cluster.api_client)
+    ext = client.ApiextensionsV1Api(cluster.api_client)
+    for cond in (ns.status.conditions or []) if ns.status else []:
+        for resource in NS_REMAINING.findall(cond.message or ""):
+            plural, _, group = resource.partition(".")
+            if not group:
+                continue
+            try:
+                crd = ext.read_custom_resource_definition(resource)
+            except ApiException:
+                continue
+            version = next((v.name for v in crd.spec.versions if v.storage), None)
+            if version is None:
+                continue
+            objs = custom.list_namespaced_custom_object(group, version, name, plural)
+            for obj in objs.get("items", []):
+                if obj.get("metadata", {}).get("finalizers"):
+                    _ignore_404(lambda o=obj: custom.patch_namespaced_custom_object(
+                        group, version, name, plural, o["metadata"]["name"],
+                        {"metadata": {"finalizers": None}},
+                        _content_type="application/merge-patch+json"))
