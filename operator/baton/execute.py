@@ -147,7 +147,7 @@ class Executor:
             self.drop(key)
             await run(leases.delete_lease, ns, mf.lease_name(name))
         elif isinstance(action, p.WriteStatus):
-            await self._write_status(o, action, key)
+            await self._write_status(o, action, key, str(meta.get("resourceVersion") or ""))
         elif isinstance(action, p.Event):
             message = action.message
             if self.identity not in message:
@@ -206,7 +206,7 @@ class Executor:
         log.info("acquired lifecycle Lease of %s/%s, fencing token %s", ns, name, action.token,
                  extra={"runtime": f"{ns}/{name}"})
 
-    async def _write_status(self, o: Any, action: p.WriteStatus, key: tuple[str, str]) -> None:
+    async def _write_status(self, o: Any, action: p.WriteStatus, key: tuple[str, str], snap_rv: str) -> None:
         ns, name = key
         patch = runtimes.merge_patch(o.status.wire(), action.status.wire())
         if not patch:
@@ -216,7 +216,8 @@ class Executor:
         patch["fencingToken"] = action.status.fencing_token
         await self._fault_delay(action, key)
         try:
-            await asyncio.to_thread(runtimes.patch_runtime_status, ns, name, patch)
+            rv = None if key in self.held else (snap_rv or None)
+            await asyncio.to_thread(runtimes.patch_runtime_status, ns, name, patch, resource_version=rv)
         except client.ApiException as exc:
             text = client.short(exc)
             if exc.status == 422 and "fencingToken" in text:

@@ -35,15 +35,20 @@ def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str], r
     )
 
 
-def patch_runtime_status(namespace: str, name: str, status_patch: dict[str, Any]) -> None:
+def patch_runtime_status(
+    namespace: str, name: str, status_patch: dict[str, Any], *, resource_version: str | None = None
+) -> None:
     """JSON merge patch of status through the status subresource.
 
-    Deliberately without a resourceVersion precondition: the fence against a stale holder is
-    status.fencingToken, checked by the CRD's CEL transition rule on the API server.
+    The Lease holder writes without a resourceVersion precondition: its fence against a stale
+    holder is status.fencingToken, checked by the CRD's CEL transition rule on the API server.
+    A process that does not hold the Lease passes `resource_version`, so it can never overwrite
+    what the holder wrote after it looked.
     """
-    client.custom().patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status_patch}
-    )
+    body: dict[str, Any] = {"status": status_patch}
+    if resource_version is not None:
+        body["metadata"] = {"resourceVersion": resource_version}
+    client.custom().patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, body)
 
 
 def merge_patch(old: Any, new: Any) -> Any:
