@@ -1,0 +1,29 @@
+# Baton developer entry points. `make test` is the one command CI runs (.ci/run).
+SHELL := bash
+.DEFAULT_GOAL := help
+PY ?= .venv/bin/python
+PYTEST_ARGS ?= -q
+CLUSTER_DIR ?= .baton
+
+.PHONY: help tools cluster-up cluster-down test test-unit test-integration
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+tools: ## build the pinned etcd, kube-*, kwok, helm into ~/.cache/baton (once)
+	@bin="$$(bash hack/build-tools.sh)" && echo "tools: $$bin" >&2
+
+cluster-up: tools ## start the local control plane; prints $(CLUSTER_DIR)/kubeconfig
+	@$(PY) hack/cluster.py up --dir $(CLUSTER_DIR)
+
+cluster-down: ## stop the local control plane started by cluster-up
+	@$(PY) hack/cluster.py down --dir $(CLUSTER_DIR)
+
+test: tools ## all tests (unit, integration against a fresh local plane)
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: ## unit tests only (no cluster)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: tools ## integration and e2e tests (marker `integration`)
+	$(PY) -m pytest tests $(PYTEST_ARGS) -m integration

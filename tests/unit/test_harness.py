@@ -1,0 +1,88 @@
+"""The test harness itself, without a cluster: bounded waits, kwok stages, plane settings."""
+from __future__ import annotations
+
+import ipaddress
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import kwok
+from harness.cluster import load_plane_module
+from harness.wait import WaitTimeout, stays, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_wait_for_returns_the_first_truthy_value() -> None:
+    calls = iter([None, 0, "ok"])
+    assert wait_for(lambda: next(calls), timeout=2, interval=0.01, what="x") == "ok"
+
+
+def test_wait_for_is_bounded_in_time_and_count() -> None:
+    calls = []
+    t0 = time.monotonic()
+    with pytest.raises(WaitTimeout, match="never"):
+        wait_for(lambda: calls.append(1), timeout=0.3, interval=0.05, what="never")
+    assert time.monotonic() - t0 < 1.0
+    assert len(calls) <= int(0.3 / 0.05) + 1
+
+
+def test_wait_for_ignores_only_listed_exceptions() -> None:
+    def boom() -> bool:
+        raise KeyError("x")
+    with pytest.raises(WaitTimeout):
+        wait_for(boom, timeout=0.1, interval=0.02, what="k", ignore=(KeyError,))
+    with pytest.raises(KeyError):
+        wait_for(boom, timeout=0.1, interval=0.02, what="k")
+
+
+def test_stays_fails_when_the_condition_breaks() -> None:
+    values = iter([True, True, False, True])
+    with pytest.raises(AssertionError, match="stopped holding"):
+        stays(lambda: next(values), duration=1, interval=0.01, what="v")
+
+
+def test_kwok_stages_parse_and_use_the_documented_annotations() -> None:
+    stages = {}
+    for path in sorted((REPO / "hack" / "kwok").glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        assert doc["kind"] == "Stage" and doc["apiVersion"] == "kwok.x-k8s.io/v1alpha1", path
+        stages[doc["metadata"]["name"]] = doc
+    assert {"node-initialize", "node-heartbeat-with-lease", "pod-ready", "pod-never-ready",
+            "pod-unready", "pod-delete", "pod-delete-after"} <= set(stages)
+    text = "".join((REPO / "hack" / "kwok" / f"{n}.yaml").read_text() for n in stages)
+    readme = (REPO / "tests" / "README.md").read_text()
+    for ann in (kwok.NEVER_READY, kwok.TERMINATE_AFTER):
+        assert ann in text and ann in readme
+    delete = stages["pod-delete"]["spec"]
+    assert delete["delay"]["durationFrom"]["expressionFrom"] == ".metadata.deletionTimestamp"
+    assert delete["next"]["delete"] is True
+
+
+def test_plane_nodes_and_network_rule() -> None:
+    plane = load_plane_module()
+    nodes = {n["name"]: n for n in plane.NODES}
+    assert ipaddress.ip_network(nodes["kwok-loop"]["podCIDR"]).subnet_of(
+        ipaddress.ip_network("127.0.0.0/8"))
+    assert nodes["kwok-loop"]["taints"] and not nodes["kwok-a"]["taints"]
+    assert ipaddress.ip_network(nodes["kwok-a"]["podCIDR"]) == kwok.NODE_CIDR
+    with pytest.raises(plane.PlaneError):
+        plane.http_get("192.0.2.1", 80, "/", None)
+    ports = plane.free_ports(6)
+    assert len(set(ports)) == 6
+    assert "garbage-collector-controller" in plane.CONTROLLERS
+
+
+def test_pod_manifest_and_loopback_guard() -> None:
+    pod = kwok.pod_manifest("p", loopback=True, never_ready=True, terminate_after="3s",
+                            finalizers=["x/y"], grace_seconds=2)
+    assert pod["spec"]["nodeSelector"] == {kwok.LOOPBACK_LABEL: "true"}
+    assert pod["spec"]["tolerations"][0]["key"] == kwok.LOOPBACK_TAINT_KEY
+    assert pod["metadata"]["annotations"] == {kwok.NEVER_READY: "true", kwok.TERMINATE_AFTER: "3s"}
+    assert pod["metadata"]["finalizers"] == ["x/y"]
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 2
+    assert kwok.assert_loopback("127.0.100.7") == "127.0.100.7"
+    with pytest.raises(AssertionError):
+        kwok.assert_loopback("192.0.2.1")
