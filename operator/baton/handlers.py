@@ -81,3 +81,14 @@ async def on_endpointslice(labels: dict[str, str], namespace: str, **_: Any) -> 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={mf.LABEL_RUNTIME: kopf.PRESENT})
 async def on_lease(labels: dict[str, str], namespace: str, **_: Any) -> None:
     _runner().wake(namespace, labels[mf.LABEL_RUNTIME], create=False)
+
+
+@kopf.on.event("", "v1", "configmaps")
+async def on_configmap(name: str, namespace: str, **_: Any) -> None:
+    _runner().wake_config_users(namespace, "ConfigMap", name)
+
+
+@kopf.on.event("", "v1", "secrets")
+async def on_secret(name: str, namespace: str, **_: Any) -> None:
+    # Only the name is used here; Secret data is read (and hashed) by the runtime's worker.
+    _runner().wake_config_users(namespace, "Secret", name)

@@ -61,11 +61,18 @@ class Worker:
                 await self._sleep(delay)
                 continue
             failures = 0
+            if snap is not None and mf.ANN_RESET in snap.observed.annotations:
+                if self.local.reset_seen_since is None:
+                    self.local.reset_seen_since = execute.utcnow()
+                    snap.observed = snap.observed.model_copy(update={"reset_waiting_since": self.local.reset_seen_since})
+            else:
+                self.local.reset_seen_since = None
             if snap is None:
                 self.runner.executor.drop(self.key)
                 self.last_status = None
                 return
             o = snap.observed
+            self.runner.index_config_refs(self.key, mf.config_refs(o.spec.template))
             t = o.status.transition
             if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid:
                 retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
@@ -118,6 +125,8 @@ class Runner:
         self.settings = settings
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds)
         self.workers: dict[tuple[str, str], Worker] = {}
+        # (namespace, kind, name) of a ConfigMap/Secret -> runtimes whose template references it
+        self.config_users: dict[tuple[str, str, str], set[str]] = {}
         self.shutting_down = False
         self.started = time.monotonic()
 
@@ -131,6 +140,22 @@ class Runner:
             self.workers[key] = worker
             worker.task = asyncio.create_task(self._run(worker), name=f"runtime {namespace}/{name}")
         worker.wake()
+
+    def index_config_refs(self, key: tuple[str, str], refs: list[tuple[str, str, bool]]) -> None:
+        ns, runtime = key
+        wanted = {(ns, kind, name) for kind, name, _ in refs}
+        for ref_key, users in list(self.config_users.items()):
+            if ref_key[0] == ns and runtime in users and ref_key not in wanted:
+                users.discard(runtime)
+                if not users:
+                    del self.config_users[ref_key]
+        for ref_key in wanted:
+            self.config_users.setdefault(ref_key, set()).add(runtime)
+
+    def wake_config_users(self, namespace: str, kind: str, name: str) -> None:
+        """A referenced ConfigMap/Secret changed (watch event): its runtimes re-hash their template."""
+        for runtime in sorted(self.config_users.get((namespace, kind, name), ())):
+            self.wake(namespace, runtime, create=False)
 
     async def _run(self, worker: Worker) -> None:
         try:

@@ -21,6 +21,7 @@ class Local:
     lease_duration_seconds: int
     backoff_base_seconds: float
     lock_wait_since: datetime.datetime | None = None
+    reset_seen_since: datetime.datetime | None = None
     last_error: str | None = None
     shutting_down: bool = False
 
@@ -119,6 +120,7 @@ def read_snapshot(namespace: str, name: str, local: Local) -> Snapshot | None:
         identity=local.identity,
         lease_duration_seconds=local.lease_duration_seconds,
         lock_wait_since=local.lock_wait_since,
+        reset_waiting_since=local.reset_seen_since,
         last_error=local.last_error,
         shutting_down=local.shutting_down,
         backoff_base_seconds=local.backoff_base_seconds,

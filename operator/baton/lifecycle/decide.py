@@ -38,6 +38,43 @@ def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
     t = o.status.transition
     if t is None:
         return _idle(o, now)
+    reset_wait = _pending_reset(o, t, now)
+    if isinstance(reset_wait, p.Plan):
+        return reset_wait
+    plan = _in_flight(o, t, now)
+    if reset_wait is not None and (plan.wait_seconds is None or plan.wait_seconds > reset_wait):
+        plan = dataclasses.replace(plan, wait_seconds=reset_wait)
+    return plan
+
+
+def _pending_reset(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan | float | None:
+    """A reset that arrives mid-transition waits for it, bounded by lockSeconds.
+
+    Within the bound: seconds left (it is re-checked against the then-current generation once
+    the transition ends). Past it: refused as stale, touching nothing.
+    """
+    value = o.annotations.get(mf.ANN_RESET)
+    if value is None:
+        return None
+    budget = float(o.spec.budgets.lock_seconds)
+    since = o.reset_waiting_since or now
+    waited = (now - since).total_seconds()
+    if waited < budget:
+        return budget - waited + 0.05
+    return p.Plan(
+        (
+            p.Event("Warning", R.STALE_RESET.value,
+                    f"reset names generation {value}, but {t.kind.value} {_arrow(t)} was still under way after "
+                    f"lockSeconds={o.spec.budgets.lock_seconds}: nothing touched"),
+            p.RemoveAnnotation(mf.ANN_RESET),
+            p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
+        ),
+        0,
+        "reset waited past lockSeconds",
+    )
+
+
+def _in_flight(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     if not _transition_needs_lease(o, t):
         if _held_by_me(o, now):
             return p.Plan((p.ReleaseLease(),), None, "holding for a person; Lease released")

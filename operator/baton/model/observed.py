@@ -81,6 +81,7 @@ class Observed(base.Model):
     identity: str
     lease_duration_seconds: int = 15
     lock_wait_since: datetime.datetime | None = None  # when this process began waiting for the Lease
+    reset_waiting_since: datetime.datetime | None = None  # when this process first saw a pending reset
     last_error: str | None = None  # the last action of this runtime that failed, if any
     shutting_down: bool = False
     backoff_base_seconds: float = 5.0
