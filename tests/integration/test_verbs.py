@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -203,7 +204,8 @@ def test_kubectl_plugin_verbs(operators: Start, rts: baton.Runtimes, cluster: An
     rts.create(baton.runtime_manifest("plug"))
     st1 = rts.wait_ready("plug", 1)
     # `kubectl baton` finds the console script on PATH.
-    res = cluster.kubectl("baton", "status", "plug", "-n", namespace, check=False)
+    kubectl = str(Path(cluster.bin_dir) / "kubectl")
+    res = cluster.run(kubectl, "baton", "status", "plug", "-n", namespace, check=False)
     assert res.returncode == 0, res.stderr
     assert "Ready" in res.stdout and "GenerationReady" in res.stdout and "transition: none" in res.stdout
     res = _plugin(cluster, "force-recover", "plug", "-n", namespace)
