@@ -1,0 +1,131 @@
+{{/* Chart name, truncated to the 63 characters a label value allows. */}}
+{{- define "baton.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Prefix of every object name: the release name, plus "-baton" unless it contains it. */}}
+{{- define "baton.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "baton.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "baton.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "baton.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: baton
+{{- end -}}
+
+{{- define "baton.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "baton.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "baton.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "baton.fullname" .) -}}
+{{- end -}}
+
+{{- define "baton.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* "true" when Baton watches every namespace (ClusterRole), "" when it watches a list (Roles). */}}
+{{- define "baton.clusterWide" -}}
+{{- if not .Values.watch.namespaces -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+terminationGracePeriodSeconds of the operator pods: max(terminationGracePeriodSeconds,
+2 x (maxDrainSeconds + 5)).
+Why: a shutdown that cannot finish inside the grace period is a SIGKILL. On SIGTERM a replica
+starts no new transition and lets the step in flight finish within its bound -- at worst a
+drain (maxDrainSeconds) plus 5 s to record it -- and only then hands back its Leases. The factor 2
+leaves as much time again for the hand-back, kopf's own stop and a slow API server, so that the
+kubelet's SIGKILL never lands mid-step.
+*/}}
+{{- define "baton.terminationGracePeriodSeconds" -}}
+{{- $floor := int .Values.terminationGracePeriodSeconds -}}
+{{- $fromDrain := mul 2 (add (int .Values.maxDrainSeconds) 5) -}}
+{{- max $floor $fromDrain -}}
+{{- end -}}
+
+{{/* BATON_SHUTDOWN_GRACE_SECONDS: the time the step in flight gets on SIGTERM (drain + 5 s). */}}
+{{- define "baton.shutdownGraceSeconds" -}}
+{{- add (int .Values.maxDrainSeconds) 5 -}}
+{{- end -}}
+
+{{/*
+The API rules the operator needs, and nothing more (docs/chart.md lists why each one is there).
+Used for the ClusterRole (all namespaces) and for each Role (a namespace list): every object
+Baton touches is namespaced, so the rules are the same in both scopes.
+*/}}
+{{- define "baton.rules" -}}
+# ToolRuntimes: kopf lists and watches them; Baton patches their metadata (its finalizer
+# baton.dev/retire, consumed verb annotations). No create, update or delete.
+- apiGroups: ["baton.dev"]
+  resources: ["toolruntimes"]
+  verbs: ["get", "list", "watch", "patch"]
+# Status is written only through the status subresource (fenced by the CRD's CEL rule).
+- apiGroups: ["baton.dev"]
+  resources: ["toolruntimes/status"]
+  verbs: ["patch"]
+# Pods carry a controller ownerReference with blockOwnerDeletion to their ToolRuntime: where the
+# OwnerReferencesPermissionEnforcement admission plugin runs, that needs update on finalizers.
+- apiGroups: ["baton.dev"]
+  resources: ["toolruntimes/finalizers"]
+  verbs: ["update"]
+# Generation pods: listed and watched (kopf), created, flipped serving true/false (patch),
+# deleted with the runtime's grace, force-deleted on a recorded force recovery.
+# No pods/exec, pods/log, pods/eviction, no update.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+# The runtime's stable Service (spec.service).
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["get", "create", "patch", "delete"]
+# Lifecycle Leases baton-<runtime>: the per-runtime lock with its fencing token.
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "list", "watch", "create", "update", "delete"]
+# Events on ToolRuntimes (CleanupFailed, ForceRecovered, StaleReset, ...): each one is created
+# under a unique name, never updated (kopf's own event posting is off).
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+# Stop admission = wait until no EndpointSlice of the runtime's Service lists the old pod ready.
+- apiGroups: ["discovery.k8s.io"]
+  resources: ["endpointslices"]
+  verbs: ["list", "watch"]
+{{- if .Values.rbac.readConfigMaps }}
+# ConfigMaps a pod template references: their data is part of the template hash, and a
+# watch on them starts the handoff when it changes (config-ref roll).
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- if or (eq .Values.rbac.readSecrets "always") (and (eq .Values.rbac.readSecrets "auto") (not (include "baton.clusterWide" .))) }}
+# Secrets a pod template references, for the same reason (only a digest of their data leaves
+# the operator). See rbac.readSecrets for when this is granted.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- end -}}

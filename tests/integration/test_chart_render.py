@@ -1,0 +1,355 @@
+"""The Helm chart without a cluster: lint, render, schema, CRD copy, RBAC shape, security context.
+
+helm is the pinned build from `make tools`; nothing here talks to an API server.
+"""
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from harness.chart import (CHART, CI_VALUES, CRD_COPY, CRD_SOURCE, ROOT, by_kind, container_env, helm,
+                           one, render)
+
+OPERATOR = ROOT / "operator" / "baton"
+VALUE_SETS = [None, *CI_VALUES]
+
+
+def _ids(v: Path | None) -> str:
+    return "default" if v is None else v.name
+
+
+# --- lint and template -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=_ids)
+def test_lint_and_template(values: Path | None) -> None:
+    files = [values] if values else []
+    lint = helm("lint", str(CHART), "--strict", *[a for f in files for a in ("-f", str(f))])
+    assert "0 chart(s) failed" in lint.stdout
+    objs = render(files=files)
+    assert objs, "nothing rendered"
+    for o in objs:
+        assert o.get("apiVersion") and o.get("kind") and o["metadata"].get("name"), o
+    kinds = {o["kind"] for o in objs}
+    assert "Deployment" in kinds
+    # One kind per template file (Role/RoleBinding: one object per watched namespace).
+    out = helm("template", "baton", str(CHART), "-n", "baton-system",
+               *[a for f in files for a in ("-f", str(f))]).stdout
+    per_source: dict[str, set[str]] = {}
+    for doc in out.split("\n---\n"):
+        m = re.search(r"^# Source: (\S+)", doc, re.M)
+        body = yaml.safe_load(doc)
+        if m and body:
+            per_source.setdefault(m.group(1), set()).add(body["kind"])
+    assert all(len(k) == 1 for k in per_source.values()), per_source
+
+
+def test_template_files_hold_one_kind_each() -> None:
+    for path in sorted((CHART / "templates").glob("*.yaml")):
+        kinds = set(re.findall(r"^kind: (\w+)", path.read_text(), re.M))
+        assert len(kinds) <= 1, f"{path.name} declares several kinds: {kinds}"
+
+
+# --- the CRD: one source -----------------------------------------------------------------------
+
+
+def test_chart_crd_copy_is_byte_identical_to_crds_dir() -> None:
+    assert CRD_COPY.read_bytes() == CRD_SOURCE.read_bytes(), (
+        f"{CRD_COPY.relative_to(ROOT)} differs from {CRD_SOURCE.relative_to(ROOT)}: "
+        f"cp {CRD_SOURCE.relative_to(ROOT)} {CRD_COPY.relative_to(ROOT)}")
+
+
+def test_rendered_crd_is_the_source_crd_plus_release_metadata() -> None:
+    rendered = one(render(), "CustomResourceDefinition")
+    source = yaml.safe_load(CRD_SOURCE.read_text())
+    stripped = copy.deepcopy(rendered)
+    meta = stripped["metadata"]
+    assert meta.pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert meta.pop("labels")["app.kubernetes.io/managed-by"] == "Helm"
+    assert stripped == source
+
+
+def test_crd_keep_can_be_turned_off_and_crd_left_out() -> None:
+    rendered = one(render({"crds.keep": "false"}), "CustomResourceDefinition")
+    assert "helm.sh/resource-policy" not in (rendered["metadata"].get("annotations") or {})
+    assert not by_kind(render({"crds.create": "false"}), "CustomResourceDefinition")
+
+
+# --- values schema -------------------------------------------------------------------------------
+
+
+def test_values_schema_is_generated_and_closed() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "hack" / "chart-schema.py"), "--check"])
+    assert proc.returncode == 0, "values.schema.json is stale: run python3 hack/chart-schema.py"
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    open_objects: list[str] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "object" and path != "/global":
+                ap = node.get("additionalProperties")
+                if ap is not False and not (isinstance(ap, dict) and ap.get("type") == "string"):
+                    open_objects.append(path or "/")
+            for key in ("properties",):
+                for k, v in (node.get(key) or {}).items():
+                    walk(v, f"{path}/{k}")
+            if isinstance(node.get("items"), dict):
+                walk(node["items"], f"{path}[]")
+            for alt in node.get("oneOf", []):
+                walk(alt, path)
+    walk(schema, "")
+    assert not open_objects, f"objects the schema leaves open: {open_objects}"
+
+
+def test_default_values_cover_the_schema() -> None:
+    """values.yaml and the schema name the same keys (no undocumented or unvalidated field)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+
+    def keys(node: Any, prefix: str = "") -> set[str]:
+        out = set()
+        for k, v in node.items():
+            out.add(prefix + k)
+            if isinstance(v, dict):
+                out |= keys(v, prefix + k + ".")
+        return out
+
+    def schema_keys(node: dict[str, Any], prefix: str = "") -> set[str]:
+        out = set()
+        for k, v in (node.get("properties") or {}).items():
+            out.add(prefix + k)
+            if v.get("type") == "object" and "properties" in v:
+                out |= schema_keys(v, prefix + k + ".")
+        return out
+
+    free_maps = {"serviceAccount.annotations", "podAnnotations", "podLabels", "nodeSelector",
+                 "serviceMonitor.labels", "prometheusRule.labels", "prometheusRule.additionalAlertLabels"}
+    in_values = {k for k in keys(values) if not any(k.startswith(f + ".") for f in free_maps)}
+    in_schema = schema_keys(schema) - {"global"}
+    # Keys the schema knows but values.yaml leaves unset on purpose (optional quantities).
+    optional = {k for k in in_schema - in_values if k.startswith("resources.")}
+    assert in_values - in_schema == set(), "values.yaml keys missing from the schema"
+    assert in_schema - in_values - optional == set(), "schema keys missing from values.yaml"
+
+
+def test_every_value_is_documented() -> None:
+    """Field by field: each key in values.yaml has a comment on the line right above it (the
+    cpu/memory quantities under resources excepted)."""
+    lines = (CHART / "values.yaml").read_text().splitlines()
+    undocumented = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\s*)([A-Za-z][\w-]*):", line)
+        if not m or (i and lines[i - 1].strip().startswith("#")):
+            continue
+        if m.group(1) and any(lines[k].startswith("resources:") for k in range(i - 1, max(-1, i - 6), -1)):
+            continue
+        undocumented.append(f"line {i + 1}: {m.group(2)}")
+    assert not undocumented, f"values without a comment: {undocumented}"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "replicaCont=3"], "additional properties 'replicaCont' not allowed"),
+    (["--set", "rbac.readSecret=always"], "additional properties 'readSecret' not allowed"),
+    (["--set", "rbac.readSecrets=yes"], "rbac/readSecrets"),
+    (["--set", "maxDrainSeconds=0"], "maxDrainSeconds"),
+    (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+    (["--set-json", 'watch={"namespaces":["Bad_NS"]}'], "does not match pattern"),
+    (["--set", "prometheusRule.alerts.cleanupFailedFor=five minutes"], "cleanupFailedFor"),
+])
+def test_values_typo_fails_with_the_schema_message(args: list[str], message: str) -> None:
+    proc = helm("template", "baton", str(CHART), *args, check=False)
+    assert proc.returncode != 0
+    assert "values don't meet the specifications of the schema" in proc.stderr, proc.stderr
+    assert message in proc.stderr, proc.stderr
+
+
+# --- the Deployment --------------------------------------------------------------------------
+
+
+def test_deployment_is_restricted_and_probed() -> None:
+    dep = one(render(), "Deployment")
+    spec = dep["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    psc = pod["securityContext"]
+    assert psc["runAsNonRoot"] is True and isinstance(psc["runAsUser"], int) and psc["runAsUser"] > 0
+    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    [c] = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == psc["runAsUser"]
+    assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
+    for v in pod.get("volumes", []):
+        assert set(v) <= {"name", "emptyDir", "configMap", "secret", "projected"}, v
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    env = container_env(dep)
+    assert env["BATON_HEALTH_BIND"] == f"0.0.0.0:{ports['health']}"
+    assert env["BATON_METRICS_BIND"] == f"0.0.0.0:{ports['metrics']}"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["BATON_NAMESPACES"] == ""
+    assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
+    [tsc] = pod["topologySpreadConstraints"]
+    assert tsc["topologyKey"] == "kubernetes.io/hostname"
+    assert tsc["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    pdb = one(render(), "PodDisruptionBudget")
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize("drain, floor, grace", [
+    (30, 30, 70),     # default: 2 x (30 + 5)
+    (1, 30, 30),      # a short drain: the floor
+    (120, 30, 250),   # 2 x (120 + 5)
+    (10, 300, 300),   # a floor above the computed value wins
+    (3600, 30, 7210),
+])
+def test_termination_grace_is_at_least_twice_drain_plus_five(drain: int, floor: int, grace: int) -> None:
+    dep = one(render({"maxDrainSeconds": str(drain), "terminationGracePeriodSeconds": str(floor)}),
+              "Deployment")
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == grace
+    assert container_env(dep)["BATON_SHUTDOWN_GRACE_SECONDS"] == str(drain + 5)
+    assert grace >= 2 * (drain + 5) or grace == floor
+
+
+def test_extra_env_and_namespaced_watch_reach_the_container() -> None:
+    dep = one(render(files=[CHART / "ci" / "namespaced-values.yaml"]), "Deployment")
+    env = container_env(dep)
+    assert env["BATON_NAMESPACES"] == "agents,browsers"
+    assert env["BATON_BACKOFF_BASE_SECONDS"] == "3"
+    assert env["BATON_LOG_LEVEL"] == "DEBUG"
+
+
+# --- RBAC ---------------------------------------------------------------------------------------
+
+
+def _rules(objs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [r for o in by_kind(objs, kind) for r in o["rules"]]
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"]
+            for v in rule["verbs"]}
+
+
+def test_rbac_cluster_scope_has_no_wildcard_exec_or_secret_reads() -> None:
+    objs = render()
+    assert not by_kind(objs, "Role") and not by_kind(objs, "RoleBinding")
+    grants = _grants(_rules(objs, "ClusterRole"))
+    assert not [g for g in grants if "*" in g], "wildcards granted"
+    assert not [g for g in grants if g[1].startswith("pods/") or g[1] in ("nodes", "namespaces")]
+    assert not [g for g in grants if g[1] == "secrets"], "cluster-wide Secret reads by default"
+    assert not [g for g in grants if g[1] == "customresourcedefinitions"]
+    assert ("baton.dev", "toolruntimes", "delete") not in grants
+    crb = one(objs, "ClusterRoleBinding")
+    sa = one(objs, "ServiceAccount")
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                "namespace": "baton-system"}]
+    always = _grants(_rules(render({"rbac.readSecrets": "always"}), "ClusterRole"))
+    assert {g for g in always if g[1] == "secrets"} == {("", "secrets", v) for v in ("get", "list", "watch")}
+
+
+def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
+    objs = render(files=[CHART / "ci" / "namespaced-values.yaml"])
+    assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
+    roles = {o["metadata"]["namespace"]: o for o in by_kind(objs, "Role")}
+    bindings = {o["metadata"]["namespace"]: o for o in by_kind(objs, "RoleBinding")}
+    assert set(roles) == set(bindings) == {"agents", "browsers"}
+    for ns, role in roles.items():
+        grants = _grants(role["rules"])
+        assert {g for g in grants if g[1] == "secrets"} == {("", "secrets", v) for v in ("get", "list", "watch")}
+        assert bindings[ns]["roleRef"]["name"] == role["metadata"]["name"]
+        assert bindings[ns]["subjects"][0]["namespace"] == "baton-system"
+    never = render(files=[CHART / "ci" / "namespaced-values.yaml"], values={"rbac.readSecrets": "never"})
+    assert not [g for g in _grants(_rules(never, "Role")) if g[1] == "secrets"]
+
+
+# The operator's API calls, read from its source: each must be granted by the chart's rules.
+VERB_OF = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
+           "replace": "update", "delete": "delete"}
+PLURAL_OF = {"pod": "pods", "service": "services", "lease": "leases", "event": "events",
+             "config_map": "configmaps", "secret": "secrets", "endpoint_slice": "endpointslices"}
+GROUP_OF = {"pods": "", "services": "", "events": "", "configmaps": "", "secrets": "",
+            "leases": "coordination.k8s.io", "endpointslices": "discovery.k8s.io"}
+
+
+def operator_api_calls() -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) of every client call in operator/baton/k8s and every kopf
+    watch in handlers.py."""
+    needed: set[tuple[str, str, str]] = set()
+    for path in sorted((OPERATOR / "k8s").glob("*.py")):
+        for m in re.finditer(r"\.(read|get|list|create|patch|replace|delete)_namespaced_(\w+?)(?:\(|$)",
+                             path.read_text(), re.M):
+            verb, what = VERB_OF[m.group(1)], m.group(2)
+            if what.startswith("custom_object"):
+                res = "toolruntimes/status" if what.endswith("_status") else "toolruntimes"
+                needed.add(("baton.dev", res, verb))
+            else:
+                plural = PLURAL_OF[what]
+                needed.add((GROUP_OF[plural], plural, verb))
+    tree = ast.parse((OPERATOR / "handlers.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "event" and len(node.args) >= 3:
+            group, _, plural = (a.value for a in node.args[:3])  # type: ignore[attr-defined]
+            needed |= {(group, plural, "list"), (group, plural, "watch")}
+    return needed
+
+
+def test_rbac_grants_every_call_the_operator_makes() -> None:
+    needed = operator_api_calls()
+    assert ("", "pods", "create") in needed and ("baton.dev", "toolruntimes", "watch") in needed
+    granted = _grants(_rules(render({"rbac.readSecrets": "always"}), "ClusterRole"))
+    missing = needed - granted
+    assert not missing, f"the operator calls these, the chart does not grant them: {sorted(missing)}"
+    unused = {g for g in granted - needed if g[1] != "toolruntimes/finalizers"}
+    assert not unused, f"granted but never called by the operator (least privilege): {sorted(unused)}"
+
+
+# --- monitoring ----------------------------------------------------------------------------------
+
+
+def test_service_monitor_keeps_runtime_namespace_label() -> None:
+    objs = render(files=[CHART / "ci" / "monitoring-values.yaml"])
+    sm = one(objs, "ServiceMonitor")
+    svc = one(objs, "Service")
+    [ep] = sm["spec"]["endpoints"]
+    assert ep["honorLabels"] is True and ep["port"] == svc["spec"]["ports"][0]["name"]
+    for k, v in sm["spec"]["selector"]["matchLabels"].items():
+        assert svc["metadata"]["labels"][k] == v
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_monitoring_objects_are_opt_in() -> None:
+    kinds = {o["kind"] for o in render()}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule"}
+
+
+EXPECTED_ALERTS = {"BatonCleanupFailedHeld", "BatonTransitionStuck", "BatonForceRecovery",
+                   "BatonLeaseConflictsRising", "BatonOperatorDown", "BatonDrainIncompleteRising"}
+
+
+def test_every_alert_has_summary_description_and_a_runbook_section() -> None:
+    rule = one(render(files=[CHART / "ci" / "monitoring-values.yaml"]), "PrometheusRule")
+    alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert {a["alert"] for a in alerts} == EXPECTED_ALERTS
+    runbooks = (ROOT / "docs" / "runbooks.md").read_text()
+    anchors = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbooks, re.M)}
+    base = "https://git.example.internal/platform/baton/-/blob/main/docs/runbooks.md"
+    for a in alerts:
+        ann = a["annotations"]
+        assert ann["summary"] and ann["description"], a["alert"]
+        assert ann["runbook_url"] == f"{base}#{a['alert'].lower()}"
+        assert a["alert"].lower() in anchors, f"docs/runbooks.md has no section {a['alert']}"
+        assert a["labels"]["severity"] in ("critical", "warning")
+        assert a["labels"]["team"] == "platform"
