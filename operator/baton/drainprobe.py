@@ -11,6 +11,7 @@ from typing import Any
 from baton.model import spec as spec_model
 
 log = logging.getLogger("baton.drainprobe")
+_refused_ips: set[str] = set()
 
 
 def resolve_port(pod: dict[str, Any], port: int | str) -> int | None:
@@ -34,8 +35,10 @@ def probe_idle(
         return False
     addr = ipaddress.ip_address(ip)
     if not any(addr in net for net in allowed):
-        # Operators configured not to dial this range (tests: loopback only).
-        log.warning("drain probe skipped: pod IP %s outside BATON_PROBE_ALLOWED_CIDRS", ip)
+        # Operators configured not to dial this range (tests: loopback only). Said once per IP.
+        if ip not in _refused_ips:
+            _refused_ips.add(ip)
+            log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip)
         return False
     host = f"[{ip}]" if addr.version == 6 else ip
     url = f"http://{host}:{port}{probe.http_get.path}"
