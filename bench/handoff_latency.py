@@ -1,0 +1,166 @@
+"""Handoff latency of Baton beside a Deployment with strategy Recreate (a benchmark, not a test).
+
+Both run the same pod template on the same local control plane in the same run, interleaved.
+Every Baton wait is at its minimum (all budgets 1 s; no drain probe, no Service), and the
+Deployment's pods get terminationGracePeriodSeconds 1, so both pay the same one-second grace.
+
+Latency = from the template patch until the new pod is Ready and the old one is gone:
+  Baton:      status.current.generation == N+1 and Ready=True (the old pod is confirmed gone first).
+  Deployment: observedGeneration caught up, 1 updated + available replica, 1 pod in total.
+
+Usage: .venv/bin/python bench/handoff_latency.py [--rounds 15]
+(starts its own plane with hack/cluster.py in a temp dir and stops it; all traffic is loopback)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from kubernetes import client, config  # noqa: E402
+
+from harness.baton import free_port  # noqa: E402
+
+NS = "bench"
+POLL = 0.02
+
+
+def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / POLL) + 1):
+        if check():
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(POLL)
+    raise TimeoutError(what)
+
+
+def pod_template(image: str, kind: str) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "bench", "kind": kind}},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "containers": [{"name": "server", "image": image}]}}
+
+
+def baton_round(custom: client.CustomObjectsApi, i: int) -> float:
+    gen_before = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool")[
+        "status"]["current"]["generation"]
+    t0 = time.monotonic()
+    custom.patch_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool",
+                                          {"spec": {"template": pod_template(f"example/tool:{i}", "baton")}})
+
+    def done() -> bool:
+        st = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool").get("status", {})
+        ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
+        return (st.get("current") or {}).get("generation") == gen_before + 1 and ready.get("status") == "True"
+
+    wait(done, 60, "baton handoff")
+    return time.monotonic() - t0
+
+
+def deployment_round(apps: client.AppsV1Api, core: client.CoreV1Api, i: int) -> float:
+    t0 = time.monotonic()
+    patched = apps.patch_namespaced_deployment("recreate", NS, {"spec": {"template": pod_template(f"example/tool:{i}", "deployment")}})
+    want = patched.metadata.generation
+
+    def done() -> bool:
+        d = apps.read_namespaced_deployment("recreate", NS)
+        s = d.status
+        if (s.observed_generation or 0) < want or (s.updated_replicas or 0) != 1 or (s.available_replicas or 0) != 1:
+            return False
+        return len(core.list_namespaced_pod(NS, label_selector="app=bench,kind=deployment").items) == 1
+
+    wait(done, 60, "deployment rollout")
+    return time.monotonic() - t0
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=15)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="baton-bench-"))
+    py = sys.executable
+    subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(work / "plane")], check=True,
+                   stdout=subprocess.DEVNULL)
+    kubeconfig = str(work / "plane" / "kubeconfig")
+    op: subprocess.Popen[bytes] | None = None
+    try:
+        config.load_kube_config(kubeconfig)
+        core, apps, custom = client.CoreV1Api(), client.AppsV1Api(), client.CustomObjectsApi()
+        kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
+        subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(kubectl + ["wait", "--for=condition=established", "crd/toolruntimes.baton.dev"], check=True,
+                       stdout=subprocess.DEVNULL)
+        core.create_namespace({"metadata": {"name": NS}})
+        wait(lambda: bool(core.list_namespaced_service_account(NS).items), 30, "default SA")
+        health = free_port()
+        env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID="bench", BATON_NAMESPACES=NS,
+                   BATON_METRICS_BIND=f"127.0.0.1:{free_port()}", BATON_HEALTH_BIND=f"127.0.0.1:{health}",
+                   BATON_LOG_LEVEL="WARNING")
+        op = subprocess.Popen([py, "-m", "baton"], env=env, stdout=open(work / "operator.log", "wb"),
+                              stderr=subprocess.STDOUT)
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        wait(healthy, 30, "operator healthy")
+        ones = {k: 1 for k in ("lockSeconds", "connectSeconds", "drainSeconds", "terminationGraceSeconds",
+                               "cleanupSeconds")}
+        rt_template = pod_template("example/tool:0", "baton")
+        custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", {
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": "tool"},
+            "spec": {"template": rt_template, "budgets": {**ones, "connectSeconds": 30}}})
+        dep_template = pod_template("example/tool:0", "deployment")
+        apps.create_namespaced_deployment(NS, {
+            "metadata": {"name": "recreate"},
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                     "selector": {"matchLabels": {"app": "bench", "kind": "deployment"}},
+                     "template": dep_template}})
+        wait(lambda: (custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool")
+                      .get("status", {}).get("current") or {}).get("generation") == 1, 60, "baton g1")
+        wait(lambda: (apps.read_namespaced_deployment("recreate", NS).status.available_replicas or 0) == 1, 60,
+             "deployment available")
+        b: list[float] = []
+        d: list[float] = []
+        for i in range(1, args.rounds + 1):
+            b.append(baton_round(custom, i))
+            d.append(deployment_round(apps, core, i))
+        print(f"rounds: {args.rounds} (interleaved, same cluster, same pod template, grace 1 s)")
+        print(f"{'':12} {'p50 s':>8} {'p95 s':>8} {'mean s':>8}")
+        for label, xs in (("baton", b), ("recreate", d)):
+            print(f"{label:12} {statistics.median(xs):8.3f} {pct(xs, 0.95):8.3f} {statistics.mean(xs):8.3f}")
+        print(f"ratio baton/recreate: p50 {statistics.median(b) / statistics.median(d):.2f}  "
+              f"p95 {pct(b, 0.95) / pct(d, 0.95):.2f}")
+        return 0
+    finally:
+        if op is not None:
+            op.terminate()
+            try:
+                op.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                op.kill()
+        subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(work / "plane")],
+                       stdout=subprocess.DEVNULL)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
