@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, cast
 
 import kopf
 
 from baton import handlers, logs, settings as settings_mod
 from baton.k8s import client
+
+if TYPE_CHECKING:
+    # kopf exports no public name for its peer identity type (a NewType of str).
+    from kopf._core.engines.peering import Identity
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=list(settings.namespaces),
-        identity=settings.identity,
+        identity=cast("Identity", settings.identity),
     )
     return 0
 

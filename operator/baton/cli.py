@@ -10,7 +10,7 @@ import argparse
 import datetime
 import json
 import sys
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 from kubernetes.client import exceptions as k8s_exceptions
@@ -23,10 +23,11 @@ class Refused(Exception):
 
 
 def _api(kubeconfig: str | None, context: str | None) -> tuple[kubernetes.client.CustomObjectsApi, str]:
-    kubernetes.config.load_kube_config(config_file=kubeconfig, context=context)
-    _, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+    # kubernetes.config is not annotated (unlike kubernetes.client).
+    kubernetes.config.load_kube_config(config_file=kubeconfig, context=context)  # type: ignore[no-untyped-call]
+    _, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     if context:
-        contexts, _ = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+        contexts, _ = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         active = next((c for c in contexts if c["name"] == context), active)
     default_ns = (active or {}).get("context", {}).get("namespace") or "default"
     return kubernetes.client.CustomObjectsApi(), default_ns
@@ -34,13 +35,15 @@ def _api(kubeconfig: str | None, context: str | None) -> tuple[kubernetes.client
 
 def _get(api: kubernetes.client.CustomObjectsApi, namespace: str, name: str) -> dict[str, Any]:
     try:
-        return dict(api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name))
+        # Custom objects come back as decoded JSON; the client annotates them as `object`.
+        return dict(cast("dict[str, Any]", api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)))
     except k8s_exceptions.ApiException as exc:
         if exc.status != 404:
             raise Refused(f"reading toolruntime {name!r} in namespace {namespace!r} failed: {exc.status} {exc.reason}") from exc
         hint = ""
         try:
-            found = api.list_cluster_custom_object(GROUP, VERSION, PLURAL, field_selector=f"metadata.name={name}")
+            found = cast("dict[str, Any]", api.list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, field_selector=f"metadata.name={name}"))
             spaces = sorted({i["metadata"]["namespace"] for i in found.get("items", [])})
             if spaces:
                 hint = f"; it exists in namespace(s) {', '.join(spaces)} (use -n)"

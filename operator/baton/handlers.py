@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from typing import Any
+from typing import Any, Mapping
 
 import kopf
 
@@ -63,32 +63,48 @@ async def on_cleanup(**_: Any) -> None:
     log.info("stopped")
 
 
+# Event handlers take kopf's keyword arguments (its WatchingFn protocol). Every kind watched here
+# is namespaced, so namespace is never None in practice; the guards only satisfy the type.
+
+
 @kopf.on.event("baton.dev", "v1alpha1", "toolruntimes")
-async def on_runtime(name: str, namespace: str, **_: Any) -> None:
+async def on_runtime(*, name: str, namespace: str | None, **_: Any) -> None:
+    if namespace is None:
+        return
     _runner().wake(namespace, name)
 
 
 @kopf.on.event("", "v1", "pods", labels={mf.LABEL_RUNTIME: kopf.PRESENT})
-async def on_pod(labels: dict[str, str], namespace: str, **_: Any) -> None:
+async def on_pod(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    if namespace is None:
+        return
     _runner().wake(namespace, labels[mf.LABEL_RUNTIME], create=False)
 
 
 @kopf.on.event("discovery.k8s.io", "v1", "endpointslices", labels={"kubernetes.io/service-name": kopf.PRESENT})
-async def on_endpointslice(labels: dict[str, str], namespace: str, **_: Any) -> None:
+async def on_endpointslice(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    if namespace is None:
+        return
     _runner().wake(namespace, labels["kubernetes.io/service-name"], create=False)
 
 
 @kopf.on.event("coordination.k8s.io", "v1", "leases", labels={mf.LABEL_RUNTIME: kopf.PRESENT})
-async def on_lease(labels: dict[str, str], namespace: str, **_: Any) -> None:
+async def on_lease(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+    if namespace is None:
+        return
     _runner().wake(namespace, labels[mf.LABEL_RUNTIME], create=False)
 
 
 @kopf.on.event("", "v1", "configmaps")
-async def on_configmap(name: str, namespace: str, **_: Any) -> None:
+async def on_configmap(*, name: str, namespace: str | None, **_: Any) -> None:
+    if namespace is None:
+        return
     _runner().wake_config_users(namespace, "ConfigMap", name)
 
 
 @kopf.on.event("", "v1", "secrets")
-async def on_secret(name: str, namespace: str, **_: Any) -> None:
+async def on_secret(*, name: str, namespace: str | None, **_: Any) -> None:
+    if namespace is None:
+        return
     # Only the name is used here; Secret data is read (and hashed) by the runtime's worker.
     _runner().wake_config_users(namespace, "Secret", name)

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import json
 import os
+from typing import TYPE_CHECKING, Any, cast
 
 import kubernetes
 from kubernetes.client import exceptions as k8s_exceptions
+
+if TYPE_CHECKING:
+    import urllib3  # the client's transport; only named for typing here
 
 ApiException = k8s_exceptions.ApiException
 
@@ -14,12 +19,13 @@ ApiException = k8s_exceptions.ApiException
 def load_config() -> None:
     """Kubeconfig when KUBECONFIG is set (tests, local runs), else the in-cluster account."""
     if os.environ.get("KUBECONFIG"):
-        kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"])
+        # kubernetes.config is not annotated (unlike kubernetes.client).
+        kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"])  # type: ignore[no-untyped-call]
     else:
         try:
-            kubernetes.config.load_incluster_config()
+            kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config()
+            kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
     cfg = kubernetes.client.Configuration.get_default_copy()
     # Many runtimes act at once; the default pool of 4 connections would serialize them.
     cfg.connection_pool_maxsize = 32
@@ -42,6 +48,22 @@ def discovery() -> kubernetes.client.DiscoveryV1Api:
     return kubernetes.client.DiscoveryV1Api()
 
 
+# Typing notes on the generated client (it ships py.typed):
+# - write calls take manifests as plain dicts, which the client validates into its models at
+#   call time (pydantic validate_call); its annotations name only the model, hence the
+#   `# type: ignore[arg-type]` on those calls in this package;
+# - reads made with _preload_content=False return the raw response: see json_of().
+
+
+def json_of(resp: object) -> Any:
+    """The decoded body of a call made with ``_preload_content=False``.
+
+    The generated client annotates every call with its model type, but with
+    ``_preload_content=False`` it returns the raw urllib3 response instead.
+    """
+    return json.loads(cast("urllib3.BaseHTTPResponse", resp).data)
+
+
 def status_of(exc: BaseException) -> int | None:
     return exc.status if isinstance(exc, ApiException) else None
 
@@ -57,8 +79,6 @@ def is_conflict(exc: BaseException) -> bool:
 def short(exc: BaseException) -> str:
     """A one-line description of an API error (reason and message, never a body dump)."""
     if isinstance(exc, ApiException):
-        import json
-
         try:
             body = json.loads(exc.body or "{}")
             return f"{exc.status} {body.get('reason', exc.reason)}: {body.get('message', '')}"[:500]

@@ -20,7 +20,7 @@ def read_config_digest(namespace: str, refs: list[tuple[str, str, bool]]) -> tup
     for kind, name, optional in refs:
         try:
             if kind == "ConfigMap":
-                resp = client.core().read_namespaced_config_map(name, namespace, _preload_content=False)
+                resp: object = client.core().read_namespaced_config_map(name, namespace, _preload_content=False)
             else:
                 resp = client.core().read_namespaced_secret(name, namespace, _preload_content=False)
         except client.ApiException as exc:
@@ -30,7 +30,7 @@ def read_config_digest(namespace: str, refs: list[tuple[str, str, bool]]) -> tup
                     missing.append(f"{kind}/{name}")
                 continue
             raise
-        obj = json.loads(resp.data)
+        obj = client.json_of(resp)
         content = json.dumps({"data": obj.get("data") or {}, "binaryData": obj.get("binaryData") or {}}, sort_keys=True)
         parts.append(f"{kind}/{name}:" + hashlib.sha256(content.encode()).hexdigest())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing

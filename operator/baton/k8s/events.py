@@ -31,4 +31,4 @@ def emit_event(
         "lastTimestamp": stamp,
         "count": 1,
     }
-    client.core().create_namespaced_event(namespace, body)
+    client.core().create_namespaced_event(namespace, body)  # type: ignore[arg-type]

@@ -6,7 +6,6 @@ The fencing token lives in spec.leaseTransitions: it grows by one at every acqui
 from __future__ import annotations
 
 import datetime
-import json
 from typing import Any
 
 from baton.k8s import client
@@ -23,7 +22,7 @@ def read_lease(namespace: str, name: str) -> dict[str, Any] | None:
         if client.is_not_found(exc):
             return None
         raise
-    data: dict[str, Any] = json.loads(resp.data)
+    data: dict[str, Any] = client.json_of(resp)
     return data
 
 
@@ -74,7 +73,7 @@ def acquire_lease(
             "spec": spec,
         }
         try:
-            client.coordination().create_namespaced_lease(namespace, body)
+            client.coordination().create_namespaced_lease(namespace, body)  # type: ignore[arg-type]
         except client.ApiException as exc:
             if client.is_conflict(exc):
                 raise LeaseLost("created concurrently by another holder") from exc
@@ -87,7 +86,7 @@ def acquire_lease(
         raise LeaseLost("token already used")
     lease["spec"] = spec
     try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)
+        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
     except client.ApiException as exc:
         if client.is_conflict(exc):
             raise LeaseLost("changed concurrently (409 Conflict)") from exc
@@ -101,7 +100,7 @@ def renew_lease(*, namespace: str, name: str, identity: str, token: int, now: da
         raise LeaseLost("no longer ours")
     spec["renewTime"] = client.micro_time(now)
     try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)
+        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
     except client.ApiException as exc:
         if client.is_conflict(exc):
             raise LeaseLost("changed concurrently (409 Conflict)") from exc
@@ -118,7 +117,7 @@ def release_lease(*, namespace: str, name: str, identity: str) -> None:
     spec["renewTime"] = None
     spec["acquireTime"] = None
     try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)
+        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
     except client.ApiException as exc:
         if client.is_conflict(exc):
             raise LeaseLost("changed concurrently (409 Conflict)") from exc

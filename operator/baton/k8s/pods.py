@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from baton.k8s import client
@@ -13,7 +12,7 @@ def list_runtime_pods(namespace: str, runtime: str, runtime_uid: str) -> list[di
     resp = client.core().list_namespaced_pod(
         namespace, label_selector=f"baton.dev/runtime={runtime}", _preload_content=False
     )
-    items: list[dict[str, Any]] = json.loads(resp.data).get("items", [])
+    items: list[dict[str, Any]] = client.json_of(resp).get("items", [])
     owned = []
     for pod in items:
         refs = pod.get("metadata", {}).get("ownerReferences") or []
@@ -23,7 +22,8 @@ def list_runtime_pods(namespace: str, runtime: str, runtime_uid: str) -> list[di
 
 
 def create_pod(namespace: str, manifest: dict[str, Any]) -> str:
-    created = client.core().create_namespaced_pod(namespace, manifest)
+    created = client.core().create_namespaced_pod(namespace, manifest)  # type: ignore[arg-type]
+    assert created.metadata is not None
     return str(created.metadata.uid)
 
 
@@ -39,7 +39,7 @@ def delete_pod(namespace: str, name: str, uid: str, grace_seconds: int) -> None:
     """Delete exactly this UID. 404 and a UID mismatch (409) both mean: that pod is gone."""
     body = {"gracePeriodSeconds": grace_seconds, "preconditions": {"uid": uid}}
     try:
-        client.core().delete_namespaced_pod(name, namespace, body=body)
+        client.core().delete_namespaced_pod(name, namespace, body=body)  # type: ignore[arg-type]
     except client.ApiException as exc:
         if client.is_not_found(exc) or client.is_conflict(exc):
             return

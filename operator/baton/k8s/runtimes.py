@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from baton.k8s import client
@@ -19,7 +18,7 @@ def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
         if client.is_not_found(exc):
             return None
         raise
-    data: dict[str, Any] = json.loads(resp.data)
+    data: dict[str, Any] = client.json_of(resp)
     return data
 
 

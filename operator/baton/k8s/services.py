@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from baton.k8s import client
@@ -15,14 +14,14 @@ def read_service(namespace: str, name: str) -> dict[str, Any] | None:
         if client.is_not_found(exc):
             return None
         raise
-    data: dict[str, Any] = json.loads(resp.data)
+    data: dict[str, Any] = client.json_of(resp)
     return data
 
 
 def apply_service(namespace: str, manifest: dict[str, Any]) -> None:
     name = manifest["metadata"]["name"]
     try:
-        client.core().create_namespaced_service(namespace, manifest)
+        client.core().create_namespaced_service(namespace, manifest)  # type: ignore[arg-type]
         return
     except client.ApiException as exc:
         if not client.is_conflict(exc):
@@ -44,7 +43,7 @@ def endpoints_list_pod_ready(namespace: str, service: str, pod_uid: str, pod_nam
     resp = client.discovery().list_namespaced_endpoint_slice(
         namespace, label_selector=f"kubernetes.io/service-name={service}", _preload_content=False
     )
-    for eps in json.loads(resp.data).get("items", []):
+    for eps in client.json_of(resp).get("items", []):
         for ep in eps.get("endpoints") or []:
             ref = ep.get("targetRef") or {}
             if ref.get("uid") == pod_uid or (ref.get("kind") == "Pod" and ref.get("name") == pod_name and not ref.get("uid")):
