@@ -5,7 +5,7 @@ PY ?= .venv/bin/python
 PYTEST_ARGS ?= -q
 CLUSTER_DIR ?= .baton
 
-.PHONY: help tools cluster-up cluster-down test test-unit test-integration
+.PHONY: help tools cluster-up cluster-down test test-unit test-integration lint demo bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -19,8 +19,17 @@ cluster-up: tools ## start the local control plane; prints $(CLUSTER_DIR)/kubeco
 cluster-down: ## stop the local control plane started by cluster-up
 	@$(PY) hack/cluster.py down --dir $(CLUSTER_DIR)
 
-test: tools ## all tests (unit, integration against a fresh local plane)
+test: tools lint ## lint, then all tests (unit, integration against a fresh local plane)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+lint: ## mypy (strict) and import-linter layering contracts
+	PY=$(PY) bash hack/lint.sh
+
+demo: tools ## Baton end to end on a throwaway local plane (handoff, stuck pod, force recovery)
+	$(PY) hack/demo.py
+
+bench: tools ## handoff latency beside a Recreate Deployment (prints p50/p95 and the ratio)
+	$(PY) bench/handoff_latency.py
 
 test-unit: ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -1,0 +1,159 @@
+"""`make demo`: Baton end to end on a throwaway local control plane, then everything stopped.
+
+Starts the plane (hack/cluster.py, state in .baton/demo), installs the chart's CRD, runs the
+operator as a local process, applies a ToolRuntime, changes it (a handoff), then makes the
+serving pod stuck (a finalizer) and changes it again: CleanupFailed holds the handoff until a
+force recovery names the stuck generation. Prints each command and its output.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+VENV_BIN = Path(PY).parent
+DIR = ROOT / ".baton" / "demo"
+NS = "agents"
+
+RUNTIME = """
+apiVersion: baton.dev/v1alpha1
+kind: ToolRuntime
+metadata: {name: search-mcp, namespace: agents}
+spec:
+  template:
+    spec:
+      containers:
+      - name: server
+        image: ghcr.io/example/search-mcp:%s
+        ports: [{containerPort: 8080}]
+  service:
+    ports: [{port: 80, targetPort: 8080}]
+  budgets: {lockSeconds: 5, connectSeconds: 20, drainSeconds: 3, terminationGraceSeconds: 2, cleanupSeconds: 6}
+"""
+
+
+def sh(*args: str, show: bool = True, check: bool = True, stdin: str | None = None) -> str:
+    if show:
+        print(f"\n$ {' '.join(args)}", flush=True)
+    res = subprocess.run(list(args), input=stdin, capture_output=True, text=True, timeout=120, env=ENV)
+    out = (res.stdout + res.stderr).rstrip()
+    if show and out:
+        print(out, flush=True)
+    if check and res.returncode != 0:
+        raise SystemExit(f"demo: `{' '.join(args)}` failed ({res.returncode})")
+    return res.stdout
+
+
+def wait(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
+    print(f"  ... waiting for {what}", flush=True)
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.5) + 1):
+        if check():
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    raise SystemExit(f"demo: timed out waiting for {what}")
+
+
+def status() -> dict:
+    out = subprocess.run(["kubectl", "get", "trt", "search-mcp", "-n", NS, "-o", "json"], capture_output=True,
+                         text=True, env=ENV, timeout=30).stdout
+    return json.loads(out or "{}").get("status") or {}
+
+
+def ready_generation(n: int) -> Callable[[], bool]:
+    def check() -> bool:
+        st = status()
+        ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
+        return (st.get("current") or {}).get("generation") == n and ready.get("status") == "True"
+    return check
+
+
+def main() -> int:
+    global ENV
+    tools = subprocess.run(["bash", str(ROOT / "hack" / "build-tools.sh")], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    ENV = dict(os.environ, PATH=f"{VENV_BIN}:{tools}:{os.environ['PATH']}", KUBECONFIG=str(DIR / "kubeconfig"))
+    subprocess.run([PY, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(DIR)], capture_output=True)
+    print("== starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
+    subprocess.run([PY, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(DIR)], check=True,
+                   stdout=subprocess.DEVNULL)
+    operator: subprocess.Popen[bytes] | None = None
+    try:
+        print("\n== installing the CRD from the Helm chart")
+        crd = sh("helm", "template", "baton", str(ROOT / "charts" / "baton"), "--show-only", "templates/crd.yaml",
+                 show=False)
+        sh("kubectl", "apply", "-f", "-", stdin=crd)
+        sh("kubectl", "wait", "--for=condition=established", "crd/toolruntimes.baton.dev", "--timeout=30s")
+        sh("kubectl", "create", "namespace", NS)
+        print("\n== running the operator (python -m baton), log in .baton/demo/operator.log")
+        env = dict(ENV, BATON_INSTANCE_ID="demo", BATON_METRICS_BIND="127.0.0.1:18780",
+                   BATON_HEALTH_BIND="127.0.0.1:18781", BATON_LEASE_SECONDS="5",
+                   BATON_PROBE_ALLOWED_CIDRS="127.0.0.0/8")
+        operator = subprocess.Popen([PY, "-m", "baton"], env=env, stdout=open(DIR / "operator.log", "wb"),
+                                    stderr=subprocess.STDOUT, cwd=ROOT)
+
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:18781/healthz", timeout=1) as r:
+                    return r.status == 200
+            except OSError:
+                return False
+
+        wait("the operator's /healthz", healthy, 30)
+
+        print("\n== 1. a first ToolRuntime")
+        sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.4.2")
+        wait("generation 1 Ready", ready_generation(1))
+        sh("kubectl", "get", "trt,pods,svc", "-n", NS)
+
+        print("\n== 2. a template change: generation 1 is retired, confirmed gone, then generation 2 starts")
+        sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.5.0")
+        wait("generation 2 Ready", ready_generation(2))
+        sh("kubectl", "get", "trt,pods", "-n", NS)
+        sh("kubectl", "get", "events", "-n", NS, "--field-selector", "involvedObject.kind=ToolRuntime",
+           "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
+
+        print("\n== 3. a stuck pod: generation 2 gets a finalizer nobody removes, then the template changes")
+        sh("kubectl", "patch", "pod", "search-mcp-g2", "-n", NS, "--type=merge",
+           "-p", '{"metadata":{"finalizers":["demo.baton.dev/stuck"]}}')
+        sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.6.0")
+
+        def cleanup_failed() -> bool:
+            c = next((c for c in status().get("conditions", []) if c["type"] == "CleanupFailed"), {})
+            return c.get("status") == "True"
+
+        wait("CleanupFailed=True (cleanupSeconds is 6)", cleanup_failed)
+        sh("kubectl", "get", "trt,pods", "-n", NS)
+        sh("kubectl", "baton", "status", "search-mcp", "-n", NS)
+        print("\n   No generation 3 starts while generation 2's pod stands. A person decides:")
+        sh("kubectl", "baton", "force-recover", "search-mcp", "-n", NS)
+        wait("generation 3 Ready", ready_generation(3))
+        sh("kubectl", "get", "trt,pods", "-n", NS)
+        sh("kubectl", "baton", "history", "search-mcp", "-n", NS)
+        sh("kubectl", "get", "events", "-n", NS, "--field-selector", "involvedObject.kind=ToolRuntime",
+           "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
+        print("\n== demo done")
+        return 0
+    finally:
+        if operator is not None:
+            operator.terminate()
+            try:
+                operator.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                operator.kill()
+        subprocess.run([PY, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(DIR)], check=False)
+
+
+ENV: dict[str, str] = {}
+
+if __name__ == "__main__":
+    sys.exit(main())
