@@ -623,6 +623,10 @@ def _cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -
     value = o.annotations.get(mf.ANN_FORCE_RECOVERY)
     force_policy = o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
     named = value is not None and value.strip() == str(failed_gen)
+    if force_policy and value is not None and not named:
+        # The policy recovers anyway; a wrong number is still refused as stale, and said so.
+        return p.Plan(tuple(_stale_force(o, value, f"the cleanup failure is for generation {failed_gen}")), 0,
+                      "stale force-recovery")
     if force_policy or named:
         by = f"annotation baton.dev/force-recovery={value}" if named else "recovery.onCleanupFailure=Force"
         msg = f"abandoned pod {old.name} (uid {old.uid}) of generation {failed_gen} by {by}"
@@ -773,9 +777,12 @@ def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
         return p.Plan((p.WriteStatus(status),
                        p.Event("Warning", R.POD_LOST.value, f"new generation {to} lost its pod before Ready; next is g{nxt}")),
                       0, "new pod lost")
-    if pod.ready:
+    expired = t.deadline is not None and now >= t.deadline
+    if pod.ready and not (expired and o.last_error is not None):
         if not pod.serving:
-            return p.Plan((p.SetServing(pod.name, pod.uid, True),), 0, "serve")
+            # A label patch that keeps failing is bounded too: past connectSeconds it is a
+            # connect timeout like any other (the condition below).
+            return p.Plan((p.SetServing(pod.name, pod.uid, True),), 0 if o.last_error is None else 1.0, "serve")
         current = st.Current(generation=to, pod=pod.name, uid=pod.uid,
                              template_hash=t.template_hash or pod.template_hash or o.desired_hash,
                              started_at=pod.created_at, ready_since=now)
