@@ -223,3 +223,27 @@ def test_kubectl_plugin_verbs(operators: Start, rts: baton.Runtimes, cluster: An
     assert res.returncode == 1 and "toolruntime 'missing' not found" in res.stderr
     res = _plugin(cluster, "status", "plug", "-n", "default")
     assert res.returncode == 1 and f"it exists in namespace(s) {namespace}" in res.stderr
+
+
+def test_second_sigterm_leaves_a_state_the_next_holder_resumes(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    """A second SIGTERM (impatient supervisor) must not strand the handoff either."""
+    rts.create(baton.runtime_manifest(
+        "twice", budgets={"drainSeconds": 20},
+        drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1}))
+    a = operators("op-a")
+    rts.wait_ready("twice", 1)
+    rts.set_image("twice", "example/tool:2")
+    wait_for(lambda: (rts.status("twice").get("transition") or {}).get("step") == "Draining",
+             timeout=15, what="Draining")
+    a.signal(signal.SIGTERM)
+    time.sleep(0.05)
+    a.signal(signal.SIGTERM)
+    code = a.wait_exit(20)
+    assert code == 0, a.log_tail()
+    st = rts.status("twice")
+    assert st["transition"]["to"] == 2 and st["transition"]["step"] == "Draining"
+    b = operators("op-b")
+    rts.wait_ready("twice", 2, timeout=40)
+    assert "resuming Handoff at step Draining" in b.log_text()
+    assert pod_watch.assert_one_at_a_time("twice") == ["twice-g1", "twice-g2"]
