@@ -91,13 +91,14 @@ class Cluster:
                                  f"{proc.stdout}\n{proc.stderr}")
         return proc
 
+    # The cluster is named by KUBECONFIG in self.env, not by a leading --kubeconfig flag:
+    # kubectl refuses flags before a plugin's name (`kubectl baton ...`).
+
     def kubectl(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-        return self.run(str(Path(self.bin_dir) / "kubectl"), "--kubeconfig", self.kubeconfig,
-                        *args, **kw)
+        return self.run(str(Path(self.bin_dir) / "kubectl"), *args, **kw)
 
     def helm(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
-        return self.run(str(Path(self.bin_dir) / "helm"), "--kubeconfig", self.kubeconfig,
-                        *args, **kw)
+        return self.run(str(Path(self.bin_dir) / "helm"), *args, **kw)
 
     def stop(self) -> None:
         if self._stop is not None:
