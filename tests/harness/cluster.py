@@ -205,7 +205,7 @@ def start_kind(work: Path) -> Cluster:
     except Exception:  # noqa: BLE001 - helm from PATH then
         pass
     try:
-        return _finish("kind", str(kubeconfig), work, k8s_bin, kind.delete)
+        return _finish("kind", str(kind.kubeconfig_path), work, k8s_bin, kind.delete)
     except BaseException:
         kind.delete()
         raise
