@@ -556,13 +556,24 @@ def up(d: Path, bin_dir: Path | None = None, timeout: float = 120.0,
             return read_state(d)
         log(f"stale plane in {d}: cleaning up first")
         down(d, keep_logs=True)
-    plane = Plane(d, bin_dir or find_bin_dir())
-    try:
-        state = plane.up(timeout=timeout, die_with_parent=die_with_parent)
-    except BaseException:
-        log(f"start failed; logs kept in {plane.logs}")
-        down(d, keep_logs=True)
-        raise
+    bin_dir = bin_dir or find_bin_dir()
+    for attempt in (1, 2):
+        plane = Plane(d, bin_dir)
+        try:
+            state = plane.up(timeout=timeout, die_with_parent=die_with_parent)
+            break
+        except PlaneError as e:
+            down(d, keep_logs=True, grace=3.0)  # a half-started plane: no need to wait long
+            # A port found free can be taken by another process before ours binds it.
+            if attempt == 1 and "address already in use" in str(e):
+                log(f"a port was taken meanwhile; starting again ({e.args[0].splitlines()[0]})")
+                continue
+            log(f"start failed; logs kept in {plane.logs}")
+            raise
+        except BaseException:
+            log(f"start failed; logs kept in {plane.logs}")
+            down(d, keep_logs=True, grace=3.0)
+            raise
     log(f"up in {state['started_seconds']}s: {state.get('version')} at {state['server']}")
     return state
 
