@@ -50,6 +50,7 @@ class Worker:
         while True:
             self.woken.clear()
             self.local.shutting_down = self.runner.shutting_down
+            self.local.lease_held_here = self.runner.executor.holds(self.key)
             try:
                 snap = await asyncio.to_thread(observe.read_snapshot, ns, name, self.local)
             except Exception as exc:

@@ -262,6 +262,8 @@ def observed(
     **extra: Any,
 ) -> obs.Observed:
     """Default: idle, serving g7 with a steady status, Lease held by this process (token 5)."""
+    the_lease = lease if lease is not None else lease_mine()
+    extra.setdefault("lease_held_here", the_lease.holder == ME)
     return obs.Observed(
         namespace=NS,
         name=RT,
@@ -273,7 +275,7 @@ def observed(
         status=status_ if status_ is not None else status(),
         desired_hash=desired_hash,
         pods=pods if pods is not None else (pod(7),),
-        lease=lease if lease is not None else lease_mine(),
+        lease=the_lease,
         identity=ME,
         **extra,
     )
@@ -314,12 +316,14 @@ class World:
                 o = o.model_copy(update={"annotations": {k: v for k, v in o.annotations.items() if k != a.key}})
             elif isinstance(a, p.AcquireLease):
                 assert o.lease.free_at(now) or o.lease.holder == ME
-                o = o.model_copy(update={"lease": obs.LeaseInfo(exists=True, holder=ME, renew_time=now, token=a.token)})
+                o = o.model_copy(update={"lease": obs.LeaseInfo(exists=True, holder=ME, renew_time=now, token=a.token),
+                                         "lease_held_here": True})
             elif isinstance(a, p.ReleaseLease):
-                o = o.model_copy(update={"lease": o.lease.model_copy(update={"holder": None, "renew_time": None})})
+                o = o.model_copy(update={"lease": o.lease.model_copy(update={"holder": None, "renew_time": None}),
+                                         "lease_held_here": False})
             elif isinstance(a, p.DeleteLease):
                 self.lease_deleted = True
-                o = o.model_copy(update={"lease": obs.LeaseInfo()})
+                o = o.model_copy(update={"lease": obs.LeaseInfo(), "lease_held_here": False})
             elif isinstance(a, p.WriteStatus):
                 # The CRD's CEL rule: a status write never lowers the fencing token.
                 assert a.status.fencing_token >= o.status.fencing_token

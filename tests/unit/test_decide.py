@@ -521,6 +521,9 @@ def test_backoff_formula_doubles_and_caps() -> None:
 # 6. The Lease and fencing -------------------------------------------------------------------------
 
 LEASE = [
+    case("lease-names-me-but-this-process-restarted-takes-it-with-a-new-token",
+         b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), lease_held_here=False, desired_hash=b.HASH2),
+         [p.AcquireLease(token=6)], 0),
     case("held-by-other-mid-transition-waits-for-expiry",
          b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), lease=b.lease_other(renewed=-5.0),
                     desired_hash=b.HASH2),

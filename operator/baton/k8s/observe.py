@@ -20,6 +20,7 @@ class Local:
     identity: str
     lease_duration_seconds: int
     backoff_base_seconds: float
+    lease_held_here: bool = False
     lock_wait_since: datetime.datetime | None = None
     reset_seen_since: datetime.datetime | None = None
     last_error: str | None = None
@@ -119,6 +120,7 @@ def read_snapshot(namespace: str, name: str, local: Local) -> Snapshot | None:
         missing_config_refs=tuple(missing),
         identity=local.identity,
         lease_duration_seconds=local.lease_duration_seconds,
+        lease_held_here=local.lease_held_here,
         lock_wait_since=local.lock_wait_since,
         reset_waiting_since=local.reset_seen_since,
         last_error=local.last_error,

@@ -89,7 +89,7 @@ def _in_flight(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
 
 
 def _held_by_me(o: obs.Observed, now: datetime.datetime) -> bool:
-    return o.lease.holder == o.identity and not o.lease.free_at(now)
+    return o.lease.holder == o.identity and o.lease_held_here and not o.lease.free_at(now)
 
 
 def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Plan]) -> p.Plan:
@@ -115,7 +115,9 @@ def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pl
                 "write fencing token before resuming",
             )
         return then()
-    if lease.free_at(now):
+    if lease.free_at(now) or lease.holder == o.identity:
+        # Free, expired, or naming this identity without this process holding it (a restart
+        # under the same name): take it with a new token, so older writes stay fenced.
         token = max(lease.token, status.fencing_token) + 1
         return p.Plan((p.AcquireLease(token=token),), 0, f"acquire Lease (token {token})")
     # Held by another process that is still renewing.

@@ -80,6 +80,9 @@ class Observed(base.Model):
     # This process.
     identity: str
     lease_duration_seconds: int = 15
+    # Whether this process itself holds the Lease (renewing it). The Lease may name this identity
+    # and still not be held here: a container restarted under the same pod name.
+    lease_held_here: bool = False
     lock_wait_since: datetime.datetime | None = None  # when this process began waiting for the Lease
     reset_waiting_since: datetime.datetime | None = None  # when this process first saw a pending reset
     last_error: str | None = None  # the last action of this runtime that failed, if any
