@@ -77,6 +77,8 @@ def test_three_replicas_thirty_runtimes_three_rounds_with_a_replica_killed(
         outcomes = [h["outcome"] for h in st["history"]]
         assert set(outcomes) <= {"Retired", "Reset"} and "Reset" in outcomes, outcomes
         assert "baton.dev/reset" not in (rts.get(n)["metadata"].get("annotations") or {})
-    # Every transition begun (30 creates + 90 handoffs) was begun by some replica; one begun by
-    # the killed replica may have been finished by another (resumes are not counted again).
-    assert sum(counts.values()) >= 120 - 0, counts
+    # 30 creates + 90 handoffs were each begun once; a resumed transition is not begun again, so
+    # more than 120 would mean two replicas began the same one. op-c's count was scraped just
+    # before its SIGKILL: the few it began in between are missing, never extra.
+    assert 120 - 30 <= sum(counts.values()) <= 120, counts
+    assert all(v > 0 for v in counts.values()), counts

@@ -240,7 +240,9 @@ def test_second_sigterm_leaves_a_state_the_next_holder_resumes(
     time.sleep(0.05)
     a.signal(signal.SIGTERM)
     code = a.wait_exit(20)
-    assert code == 0, a.log_tail()
+    # The second signal may end the process before it hands the Lease back (kopf restores the
+    # default handler after the first): that is the case to prove resumable.
+    assert code in (0, -signal.SIGTERM), a.log_tail()
     st = rts.status("twice")
     assert st["transition"]["to"] == 2 and st["transition"]["step"] == "Draining"
     b = operators("op-b")

@@ -382,6 +382,8 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
     actions: list[p.Action] = [
         p.WriteStatus(status),
+        # The Service exists before the first generation is Ready (it selects nothing until then).
+        *_service_actions(o),
         p.Event("Normal", R.TRANSITION_STARTED.value,
                 f"{t.kind.value} {_arrow(t)} ({t.trigger.value}) by {o.identity}, fencing token {status.fencing_token}"),
         p.Record(p.Metric.TRANSITIONS, (("kind", t.kind.value),)),
