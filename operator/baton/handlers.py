@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import kopf
 
 from baton import metrics, runner as runner_mod, server, settings as settings_mod
+from baton.k8s import runtimes
 from baton.lifecycle import manifests as mf
 
 log = logging.getLogger("baton.handlers")
@@ -32,12 +33,27 @@ def install(settings: settings_mod.Settings) -> None:
     global SETTINGS, RUNNER
     SETTINGS = settings
     RUNNER = runner_mod.Runner(settings)
+    # Config-ref rolls watch ConfigMaps/Secrets only where the chart grants reading them; a watch
+    # that RBAC denies would be retried forever.
+    if settings.watch_configmaps:
+        kopf.on.event("", "v1", "configmaps")(on_configmap)
+    if settings.watch_secrets:
+        kopf.on.event("", "v1", "secrets")(on_secret)
 
 
 @kopf.on.startup()
 async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     assert SETTINGS is not None
     settings.peering.standalone = True
+    # No cluster-wide scanning of namespaces and CRDs: it needs RBAC the operator should not
+    # have, and the resources are resolved once at startup (the CRD must be installed first).
+    settings.scanning.disabled = True
+    served = await asyncio.to_thread(runtimes.runtimes_served, SETTINGS.namespaces)
+    if not served:
+        raise kopf.PermanentError(
+            "the ToolRuntime CRD (toolruntimes.baton.dev/v1alpha1) is not served: install it "
+            "(kubectl apply -f crds/, or the Helm chart) before starting Baton"
+        )
     settings.posting.enabled = False  # Baton posts its own events, with reasons of its own
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
@@ -95,14 +111,12 @@ async def on_lease(*, labels: Mapping[str, str], namespace: str | None, **_: Any
     _runner().wake(namespace, labels[mf.LABEL_RUNTIME], create=False)
 
 
-@kopf.on.event("", "v1", "configmaps")
 async def on_configmap(*, name: str, namespace: str | None, **_: Any) -> None:
     if namespace is None:
         return
     _runner().wake_config_users(namespace, "ConfigMap", name)
 
 
-@kopf.on.event("", "v1", "secrets")
 async def on_secret(*, name: str, namespace: str | None, **_: Any) -> None:
     if namespace is None:
         return

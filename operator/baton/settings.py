@@ -18,6 +18,17 @@ def _bind(text: str) -> tuple[str, int]:
     return (host or "0.0.0.0", int(port))
 
 
+def _flag(env: dict[str, str], name: str, default: bool = True) -> bool:
+    text = env.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {text!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     identity: str
@@ -29,6 +40,9 @@ class Settings:
     shutdown_grace_seconds: float
     probe_allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     log_level: str
+    # Watch ConfigMaps/Secrets for config-ref rolls; off where RBAC grants no access to them.
+    watch_configmaps: bool = True
+    watch_secrets: bool = True
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -52,4 +66,6 @@ class Settings:
             shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
             probe_allowed=allowed,
             log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
+            watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
+            watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
         )

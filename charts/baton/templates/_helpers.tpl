@@ -121,11 +121,24 @@ Baton touches is namespaced, so the rules are the same in both scopes.
   resources: ["configmaps"]
   verbs: ["get", "list", "watch"]
 {{- end }}
-{{- if or (eq .Values.rbac.readSecrets "always") (and (eq .Values.rbac.readSecrets "auto") (not (include "baton.clusterWide" .))) }}
+{{- if eq (include "baton.readsSecrets" .) "true" }}
 # Secrets a pod template references, for the same reason (only a digest of their data leaves
 # the operator). See rbac.readSecrets for when this is granted.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "list", "watch"]
 {{- end }}
+{{- end -}}
+
+
+{{/*
+"true" when the operator may read Secrets (rbac.readSecrets): the RBAC rule and the operator's
+BATON_WATCH_SECRETS follow the same answer, so it never watches what it may not read.
+*/}}
+{{- define "baton.readsSecrets" -}}
+{{- if or (eq .Values.rbac.readSecrets "always") (and (eq .Values.rbac.readSecrets "auto") (not (include "baton.clusterWide" .))) -}}
+true
+{{- else -}}
+false
+{{- end -}}
 {{- end -}}

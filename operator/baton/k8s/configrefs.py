@@ -29,6 +29,12 @@ def read_config_digest(namespace: str, refs: list[tuple[str, str, bool]]) -> tup
                 if not optional:
                     missing.append(f"{kind}/{name}")
                 continue
+            if client.status_of(exc) == 403:
+                # Not readable by Baton's ServiceAccount (see the chart's rbac values): say so
+                # in Degraded rather than failing every observation of the runtime.
+                parts.append(f"{kind}/{name}:forbidden")
+                missing.append(f"{kind}/{name} (forbidden to Baton)")
+                continue
             raise
         obj = client.json_of(resp)
         content = json.dumps({"data": obj.get("data") or {}, "binaryData": obj.get("binaryData") or {}}, sort_keys=True)

@@ -63,3 +63,17 @@ def merge_patch(old: Any, new: Any) -> Any:
         elif old[key] != value:
             patch[key] = merge_patch(old[key], value) if isinstance(value, dict) and isinstance(old[key], dict) else value
     return patch
+
+
+def runtimes_served(namespaces: tuple[str, ...]) -> bool:
+    """Whether the API server serves ToolRuntimes (the CRD is installed and established)."""
+    try:
+        if namespaces:
+            client.custom().list_namespaced_custom_object(GROUP, VERSION, namespaces[0], PLURAL, limit=1)
+        else:
+            client.custom().list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
+    except client.ApiException as exc:
+        if client.is_not_found(exc):
+            return False
+        raise
+    return True
