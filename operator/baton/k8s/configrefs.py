@@ -11,12 +11,15 @@ import json
 from baton.k8s import client
 
 
-def read_config_digest(namespace: str, refs: list[tuple[str, str, bool]]) -> tuple[str, list[str]]:
-    """(digest over the data of every referenced object, names of required ones missing)."""
+def read_config_digest(
+    namespace: str, refs: list[tuple[str, str, bool]]
+) -> tuple[str, list[str], list[str]]:
+    """(digest over the data of every referenced object, required ones missing, ones not readable)."""
     if not refs:
-        return "", []
+        return "", [], []
     parts: list[str] = []
     missing: list[str] = []
+    unreadable: list[str] = []
     for kind, name, optional in refs:
         try:
             if kind == "ConfigMap":
@@ -30,13 +33,13 @@ def read_config_digest(namespace: str, refs: list[tuple[str, str, bool]]) -> tup
                     missing.append(f"{kind}/{name}")
                 continue
             if client.status_of(exc) == 403:
-                # Not readable by Baton's ServiceAccount (see the chart's rbac values): say so
-                # in Degraded rather than failing every observation of the runtime.
-                parts.append(f"{kind}/{name}:forbidden")
-                missing.append(f"{kind}/{name} (forbidden to Baton)")
+                # Not readable by Baton's ServiceAccount (the chart's rbac values): the runtime
+                # still runs; Degraded says that this object's changes start no handoff.
+                parts.append(f"{kind}/{name}:unreadable")
+                unreadable.append(f"{kind}/{name}")
                 continue
             raise
         obj = client.json_of(resp)
         content = json.dumps({"data": obj.get("data") or {}, "binaryData": obj.get("binaryData") or {}}, sort_keys=True)
         parts.append(f"{kind}/{name}:" + hashlib.sha256(content.encode()).hexdigest())
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing, unreadable

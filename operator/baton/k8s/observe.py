@@ -96,7 +96,7 @@ def read_snapshot(namespace: str, name: str, local: Local) -> Snapshot | None:
     raw_pods = pods.list_runtime_pods(namespace, name, uid)
     lease = leases.read_lease(namespace, mf.lease_name(name))
     svc = services.read_service(namespace, name) if (spec.service is not None or status.transition is None) else None
-    digest, missing = configrefs.read_config_digest(namespace, mf.config_refs(spec.template))
+    digest, missing, unreadable = configrefs.read_config_digest(namespace, mf.config_refs(spec.template))
     pod_infos = tuple(pod_info(pd) for pd in raw_pods)
     endpoints_listed: bool | None = None
     t = status.transition
@@ -118,6 +118,7 @@ def read_snapshot(namespace: str, name: str, local: Local) -> Snapshot | None:
         service=service_info(svc),
         endpoints_list_retiring_pod=endpoints_listed,
         missing_config_refs=tuple(missing),
+        unreadable_config_refs=tuple(unreadable),
         identity=local.identity,
         lease_duration_seconds=local.lease_duration_seconds,
         lease_held_here=local.lease_held_here,

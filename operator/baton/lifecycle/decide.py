@@ -398,7 +398,7 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
 
 def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
     status = o.status
-    if not status.conditions and not o.spec.suspend and not o.missing_config_refs:
+    if not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs:
         return status  # the first transition writes the initial conditions
     changes: list[Cond] = [(C.PROGRESSING, False, R.IDLE, "")]
     if o.spec.suspend:
@@ -411,12 +411,17 @@ def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.Pod
         if status.current is None and status.retry and status.retry.not_before and now < status.retry.not_before:
             changes.append((C.READY, False, R.BACKING_OFF,
                             f"retrying after a connect failure at {status.retry.not_before.isoformat()}"))
+    degraded = status.condition(C.DEGRADED)
     if o.missing_config_refs:
         changes.append((C.DEGRADED, True, R.CONFIG_REF_MISSING,
                         "missing: " + ", ".join(sorted(o.missing_config_refs))))
+    elif o.unreadable_config_refs and not (degraded and degraded.reason == R.CONNECT_TIMEOUT.value
+                                           and degraded.status == "True"):
+        changes.append((C.DEGRADED, True, R.CONFIG_REF_UNREADABLE,
+                        "not readable by Baton (see the chart's rbac values), so changes of their data "
+                        "start no handoff: " + ", ".join(sorted(o.unreadable_config_refs))))
     else:
-        degraded = status.condition(C.DEGRADED)
-        if degraded and degraded.reason == R.CONFIG_REF_MISSING.value:
+        if degraded and degraded.reason in (R.CONFIG_REF_MISSING.value, R.CONFIG_REF_UNREADABLE.value):
             changes.append((C.DEGRADED, False, R.HEALTHY, "referenced config present"))
         elif degraded and degraded.reason == R.LOCK_TIMEOUT.value:
             changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))

@@ -77,6 +77,8 @@ class Observed(base.Model):
     drain_idle: bool | None = None
     # Referenced ConfigMaps/Secrets that do not exist (names only, never data).
     missing_config_refs: tuple[str, ...] = ()
+    # Referenced objects Baton may not read (RBAC): they block nothing, but their data is not hashed.
+    unreadable_config_refs: tuple[str, ...] = ()
     # This process.
     identity: str
     lease_duration_seconds: int = 15

@@ -44,6 +44,7 @@ class Reason(str, enum.Enum):
     BACKING_OFF = "BackingOff"
     DELETING = "Deleting"
     CONFIG_REF_MISSING = "ConfigRefMissing"
+    CONFIG_REF_UNREADABLE = "ConfigRefUnreadable"
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
