@@ -269,6 +269,17 @@ def test_cluster_wide_operator_on_its_token(cluster: Any, operators: Start, rts:
     assert env["BATON_NAMESPACES"] == ""
     op = operator_as_chart_sa(cluster, operators, tmp_path, release_ns, release, env, [])
     handoff_scenario(rts, pod_watch, op)
+    # The default grants no Secret reads: a runtime referencing one still runs, and says that
+    # the Secret's changes will start no handoff.
+    rts.core.create_namespaced_secret(namespace, {"metadata": {"name": "api-key"}, "data": {"k": "dg=="}})
+    m = baton.runtime_manifest("sec")
+    m["spec"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "K", "valueFrom": {"secretKeyRef": {"name": "api-key", "key": "k"}}}]
+    rts.create(m)
+    rts.wait_ready("sec", 1, timeout=30)
+    wait_for(lambda: (rts.condition("sec", "Degraded") or {}).get("reason") == "ConfigRefUnreadable",
+             timeout=15, what="Degraded ConfigRefUnreadable")
+    assert "Secret/api-key" in (rts.condition("sec", "Degraded") or {})["message"]
     time.sleep(2)  # let a late watch (re)start log its error, if it has one
     gaps = rbac_denials(op)
     op.kill()
