@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Iterable
 
 from baton import drainprobe, execute, metrics, settings as settings_mod
@@ -129,7 +128,6 @@ class Runner:
         # (namespace, kind, name) of a ConfigMap/Secret -> runtimes whose template references it
         self.config_users: dict[tuple[str, str, str], set[str]] = {}
         self.shutting_down = False
-        self.started = time.monotonic()
 
     def wake(self, namespace: str, name: str, *, create: bool = True) -> None:
         key = (namespace, name)
