@@ -131,3 +131,22 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     assert rts.events("stuck", "ForceRecovered")
     assert op2.metric("baton_force_recoveries_total") == 1
     assert pod_watch.assert_one_at_a_time("stuck") == ["stuck-g1", "stuck-g2"]
+
+
+def test_serving_pod_readiness_is_reported_without_a_handoff(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    """READY in `kubectl get trt` follows the serving pod; a pod that is merely un-Ready is not
+    replaced (it may recover), only reported."""
+    operators("op-a")
+    rts.create(baton.runtime_manifest("flaky"))
+    st1 = rts.wait_ready("flaky", 1)
+    rts.core.patch_namespaced_pod("flaky-g1", rts.ns,
+                                  {"metadata": {"annotations": {"baton.dev/test-never-ready": "true"}}})
+    wait_for(lambda: (rts.condition("flaky", "Ready") or {}).get("reason") == "PodNotReady",
+             timeout=15, what="Ready=False PodNotReady")
+    assert (rts.condition("flaky", "Ready") or {})["status"] == "False"
+    rts.core.patch_namespaced_pod("flaky-g1", rts.ns,
+                                  {"metadata": {"annotations": {"baton.dev/test-never-ready": None}}})
+    st = rts.wait_ready("flaky", 1, timeout=15)
+    assert st["current"]["uid"] == st1["current"]["uid"]
+    assert pod_watch.assert_one_at_a_time("flaky") == ["flaky-g1"]

@@ -408,6 +408,14 @@ def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.Pod
         ]
     else:
         changes.append((C.SUSPENDED, False, R.ACTIVE, ""))
+        current = status.current
+        if current is not None and current_pod is not None:
+            # The serving pod's readiness, as its kubelet reports it (no handoff: it may recover).
+            if current_pod.ready:
+                changes.append((C.READY, True, R.GENERATION_READY, f"generation {current.generation} serves ({current.pod})"))
+            else:
+                changes.append((C.READY, False, R.POD_NOT_READY,
+                                f"pod {current.pod} of generation {current.generation} is not Ready"))
         if status.current is None and status.retry and status.retry.not_before and now < status.retry.not_before:
             changes.append((C.READY, False, R.BACKING_OFF,
                             f"retrying after a connect failure at {status.retry.not_before.isoformat()}"))

@@ -27,6 +27,7 @@ class Reason(str, enum.Enum):
     HEALTHY = "Healthy"
     ACTIVE = "Active"
     NO_GENERATION = "NoGeneration"
+    POD_NOT_READY = "PodNotReady"
     STOPPING_ADMISSION = "StoppingAdmission"
     DRAINING = "Draining"
     DRAIN_INCOMPLETE = "DrainIncomplete"
