@@ -4,6 +4,7 @@ Each test names the DESIGN.md invariant it proves; the operator always runs as a
 """
 from __future__ import annotations
 
+import datetime
 import http.server
 import signal
 import threading
@@ -281,3 +282,40 @@ def test_api_server_rejects_a_lower_fencing_token(operators: Start, rts: baton.R
                 baton.GROUP, baton.VERSION, rts.ns, baton.PLURAL, "cel", {"status": patch})
         assert err.value.status == 422
         assert f"status.{field} must not decrease" in err.value.body
+
+
+def test_lock_timeout_is_reported_and_retried(operators: Start, rts: baton.Runtimes, cluster: Any,
+                                             namespace: str, pod_watch: baton.PodWatch) -> None:
+    """Invariant 4 (lock budget): a Lease held elsewhere past lockSeconds gives Degraded
+    LockTimeout; the handoff starts once the Lease is free, and Degraded clears."""
+    op = operators("op-a")
+    rts.create(baton.runtime_manifest("locked", budgets={"lockSeconds": 2}))
+    rts.wait_ready("locked", 1)
+    coord = client.CoordinationV1Api(cluster.api_client)
+    wait_for(lambda: not coord.read_namespaced_lease("baton-locked", namespace).spec.holder_identity,
+             timeout=10, what="Lease released")
+    lease = coord.read_namespaced_lease("baton-locked", namespace)
+    lease.spec.holder_identity = "someone-else"
+    lease.spec.lease_duration_seconds = 3600
+    lease.spec.renew_time = datetime.datetime.now(datetime.timezone.utc)
+    coord.replace_namespaced_lease("baton-locked", namespace, lease)
+    t0 = time.monotonic()
+    rts.set_image("locked", "example/tool:2")
+
+    def lock_timeout() -> bool:
+        c = rts.condition("locked", "Degraded") or {}
+        return c.get("status") == "True" and c.get("reason") == "LockTimeout"
+
+    wait_for(lock_timeout, timeout=2 + 5, what="Degraded LockTimeout")
+    assert time.monotonic() - t0 <= 2 + 5
+    assert rts.events("locked", "LockTimeout")
+    assert op.metric("baton_lock_timeouts_total") == 1
+    assert rts.pod("locked-g2") is None and rts.pod("locked-g1") is not None
+    lease = coord.read_namespaced_lease("baton-locked", namespace)
+    lease.spec.holder_identity = None
+    lease.spec.renew_time = None
+    coord.replace_namespaced_lease("baton-locked", namespace, lease)
+    rts.wait_ready("locked", 2, timeout=20)
+    assert (rts.condition("locked", "Degraded") or {})["status"] == "False"
+    assert pod_watch.assert_one_at_a_time("locked") == ["locked-g1", "locked-g2"]
+    assert op.metric("baton_lock_wait_seconds_count") >= 1
