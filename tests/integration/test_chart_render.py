@@ -289,7 +289,7 @@ def operator_api_calls() -> set[tuple[str, str, str]]:
     watch in handlers.py."""
     needed: set[tuple[str, str, str]] = set()
     for path in sorted((OPERATOR / "k8s").glob("*.py")):
-        for m in re.finditer(r"\.(read|get|list|create|patch|replace|delete)_namespaced_(\w+?)(?:\(|$)",
+        for m in re.finditer(r"\.(read|get|list|create|patch|replace|delete)_namespaced_(\w+?)(?:\(|,|$)",
                              path.read_text(), re.M):
             verb, what = VERB_OF[m.group(1)], m.group(2)
             if what.startswith("custom_object"):

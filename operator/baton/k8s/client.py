@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import kubernetes
 from kubernetes.client import exceptions as k8s_exceptions
@@ -53,6 +53,18 @@ def discovery() -> kubernetes.client.DiscoveryV1Api:
 #   call time (pydantic validate_call); its annotations name only the model, hence the
 #   `# type: ignore[arg-type]` on those calls in this package;
 # - reads made with _preload_content=False return the raw response: see json_of().
+
+
+def read_or_none(read: Callable[..., object], *args: Any) -> dict[str, Any] | None:
+    """GET an object as plain JSON; None when it does not exist (404)."""
+    try:
+        resp = read(*args, _preload_content=False)
+    except ApiException as exc:
+        if is_not_found(exc):
+            return None
+        raise
+    data: dict[str, Any] = json_of(resp)
+    return data
 
 
 def json_of(resp: object) -> Any:

@@ -16,14 +16,17 @@ class LeaseLost(Exception):
 
 
 def read_lease(namespace: str, name: str) -> dict[str, Any] | None:
+    return client.read_or_none(client.coordination().read_namespaced_lease, name, namespace)
+
+
+def _replace_lease(namespace: str, name: str, lease: dict[str, Any]) -> None:
+    """Write the Lease back; its resourceVersion makes this a compare-and-swap."""
     try:
-        resp = client.coordination().read_namespaced_lease(name, namespace, _preload_content=False)
+        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
     except client.ApiException as exc:
-        if client.is_not_found(exc):
-            return None
+        if client.is_conflict(exc):
+            raise LeaseLost("changed concurrently (409 Conflict)") from exc
         raise
-    data: dict[str, Any] = client.json_of(resp)
-    return data
 
 
 def _expired(lease: dict[str, Any], now: datetime.datetime) -> bool:
@@ -85,12 +88,7 @@ def acquire_lease(
     if int(current.get("leaseTransitions") or 0) >= token:
         raise LeaseLost("token already used")
     lease["spec"] = spec
-    try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
-    except client.ApiException as exc:
-        if client.is_conflict(exc):
-            raise LeaseLost("changed concurrently (409 Conflict)") from exc
-        raise
+    _replace_lease(namespace, name, lease)
 
 
 def renew_lease(*, namespace: str, name: str, identity: str, token: int, now: datetime.datetime) -> None:
@@ -99,12 +97,7 @@ def renew_lease(*, namespace: str, name: str, identity: str, token: int, now: da
     if lease is None or spec.get("holderIdentity") != identity or int(spec.get("leaseTransitions") or 0) != token:
         raise LeaseLost("no longer ours")
     spec["renewTime"] = client.micro_time(now)
-    try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
-    except client.ApiException as exc:
-        if client.is_conflict(exc):
-            raise LeaseLost("changed concurrently (409 Conflict)") from exc
-        raise
+    _replace_lease(namespace, name, lease)
 
 
 def release_lease(*, namespace: str, name: str, identity: str) -> None:
@@ -116,12 +109,7 @@ def release_lease(*, namespace: str, name: str, identity: str) -> None:
     spec["holderIdentity"] = None
     spec["renewTime"] = None
     spec["acquireTime"] = None
-    try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
-    except client.ApiException as exc:
-        if client.is_conflict(exc):
-            raise LeaseLost("changed concurrently (409 Conflict)") from exc
-        raise
+    _replace_lease(namespace, name, lease)
 
 
 def delete_lease(namespace: str, name: str) -> None:

@@ -10,16 +10,7 @@ GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
 
 
 def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        resp = client.custom().get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
-        )
-    except client.ApiException as exc:
-        if client.is_not_found(exc):
-            return None
-        raise
-    data: dict[str, Any] = client.json_of(resp)
-    return data
+    return client.read_or_none(client.custom().get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
 
 def patch_runtime_metadata(namespace: str, name: str, patch: dict[str, Any]) -> None:

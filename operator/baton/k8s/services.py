@@ -8,14 +8,7 @@ from baton.k8s import client
 
 
 def read_service(namespace: str, name: str) -> dict[str, Any] | None:
-    try:
-        resp = client.core().read_namespaced_service(name, namespace, _preload_content=False)
-    except client.ApiException as exc:
-        if client.is_not_found(exc):
-            return None
-        raise
-    data: dict[str, Any] = client.json_of(resp)
-    return data
+    return client.read_or_none(client.core().read_namespaced_service, name, namespace)
 
 
 def apply_service(namespace: str, manifest: dict[str, Any]) -> None:
