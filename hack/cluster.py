@@ -459,6 +459,17 @@ class Plane:
             "--profiling=false",
             f"--cert-dir={self.run / 'apiserver'}",
         ], {"GOMEMLIMIT": "600MiB"}, die_with_parent)
+        # The clients start once the API server is ready: kube-controller-manager exits at once
+        # when it cannot read its request-header CA from the API server (seen under load).
+        api = AdminApi(api_port, pki)
+
+        def http_ok(port: int, path: str, ctx: ssl.SSLContext | None) -> bool:
+            status, body = http_get(LOOPBACK, port, path, ctx)
+            return status == 200
+
+        self._wait("etcd /health", lambda: http_ok(etcd_port, "/health", None), deadline)
+        self._wait("kube-apiserver /readyz", lambda: api.request("GET", "/readyz")[0] == 200,
+                   deadline)
         common = [f"--kubeconfig={kc}", f"--authentication-kubeconfig={kc}",
                   f"--authorization-kubeconfig={kc}", f"--bind-address={LOOPBACK}",
                   "--leader-elect=false", "--profiling=false"]
@@ -481,15 +492,6 @@ class Plane:
             "--node-lease-duration-seconds=40",
         ], None, die_with_parent)
 
-        api = AdminApi(api_port, pki)
-
-        def http_ok(port: int, path: str, ctx: ssl.SSLContext | None) -> bool:
-            status, body = http_get(LOOPBACK, port, path, ctx)
-            return status == 200
-
-        self._wait("etcd /health", lambda: http_ok(etcd_port, "/health", None), deadline)
-        self._wait("kube-apiserver /readyz", lambda: api.request("GET", "/readyz")[0] == 200,
-                   deadline)
         status, version = api.request("GET", "/version")
         self.state["version"] = version.get("gitVersion") if isinstance(version, dict) else None
         for node in NODES:
