@@ -123,7 +123,7 @@ def main() -> int:
            "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
 
         print("\n== 3. a stuck pod: generation 2 gets a finalizer nobody removes, then the template changes")
-        sh("kubectl", "patch", "pod", "search-mcp-g2", "-n", NS, "--type=merge",
+        sh("kubectl", "patch", "pod", "search-mcp", "-n", NS, "--type=merge",
            "-p", '{"metadata":{"finalizers":["demo.baton.dev/stuck"]}}')
         sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.6.0")
 

@@ -1,17 +1,41 @@
-"""The drain probe: HTTP GET against the retiring pod; 200 means it is idle. Does network I/O."""
+"""The drain probe: one HTTP GET against the retiring pod's own IP; 200 means idle. Does network I/O.
+
+The rules (DESIGN.md, "Pods and Service"), each because a tool may misbehave:
+- it dials only the pod's own IP, and only inside the allowed CIDRs;
+- it follows no redirect (a 3xx is "not idle"; nothing else is ever dialled);
+- one total deadline (timeoutSeconds) covers connect, send and read, so a pod that trickles
+  bytes holds nothing longer than that;
+- it reads at most MAX_RESPONSE_BYTES (the status line is all it needs);
+- any error counts as "not idle" and is returned as text for the transition's message;
+- it runs on the event loop (no thread per probe), at most `concurrency` at once, apart from
+  the Lease renewals; only the Lease holder calls it (the runner checks).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import ipaddress
 import logging
-import urllib.error
-import urllib.request
+import re
 from typing import Any
 
+from baton import metrics
 from baton.model import spec as spec_model
 
 log = logging.getLogger("baton.drainprobe")
-_refused_ips: set[str] = set()
+
+MAX_RESPONSE_BYTES = 4096
+_STATUS_LINE = re.compile(rb"^HTTP/1\.[01] (\d{3})(?: .*)?\r?\n$")
+# The CRD admits only paths that start with "/" and hold no whitespace; checked again here,
+# because a request line is built from it.
+_PATH = re.compile(r"^/[\x21-\x7e]*$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    idle: bool
+    error: str | None = None  # why it does not count as idle, when not a plain non-200 answer
 
 
 def resolve_port(pod: dict[str, Any], port: int | str) -> int | None:
@@ -24,26 +48,68 @@ def resolve_port(pod: dict[str, Any], port: int | str) -> int | None:
     return None
 
 
-def probe_idle(
-    pod: dict[str, Any],
-    probe: spec_model.DrainProbe,
-    allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
-) -> bool:
-    ip = (pod.get("status") or {}).get("podIP")
-    port = resolve_port(pod, probe.http_get.port)
-    if not ip or port is None:
-        return False
-    addr = ipaddress.ip_address(ip)
-    if not any(addr in net for net in allowed):
-        # Operators configured not to dial this range (tests: loopback only). Said once per IP.
-        if ip not in _refused_ips:
-            _refused_ips.add(ip)
-            log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip)
-        return False
-    host = f"[{ip}]" if addr.version == 6 else ip
-    url = f"http://{host}:{port}{probe.http_get.path}"
-    try:
-        with urllib.request.urlopen(url, timeout=probe.timeout_seconds) as resp:  # noqa: S310 (http only)
-            return int(resp.status) == 200
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
+class Prober:
+    def __init__(
+        self,
+        *,
+        allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
+        concurrency: int,
+    ) -> None:
+        self.allowed = allowed
+        self._slots = asyncio.Semaphore(concurrency)
+        self._refused_ips: set[str] = set()
+
+    async def probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe) -> Result:
+        ip = (pod.get("status") or {}).get("podIP")
+        port = resolve_port(pod, probe.http_get.port)
+        path = probe.http_get.path
+        if not ip:
+            return self._error("no-ip", "the pod has no IP")
+        if port is None:
+            return self._error("bad-port", f"port {probe.http_get.port!r} is not a container port of the pod")
+        if not _PATH.match(path):
+            return self._error("bad-path", f"path {path!r} must start with / and hold no whitespace")
+        try:
+            addr = ipaddress.ip_address(ip)
+        except ValueError:
+            return self._error("no-ip", f"pod IP {ip!r} is not an address")
+        if not any(addr in net for net in self.allowed):
+            if ip not in self._refused_ips:  # said once per IP
+                self._refused_ips.add(ip)
+                log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip)
+            return self._error("outside-cidrs", f"pod IP {ip} is outside the allowed CIDRs")
+        try:
+            # The deadline includes waiting for a slot: a probe never takes longer than asked.
+            async with asyncio.timeout(probe.timeout_seconds):
+                async with self._slots:
+                    return await self._get(addr, port, path)
+        except TimeoutError:
+            return self._error("timeout", f"no status line within timeoutSeconds={probe.timeout_seconds}")
+        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            return self._error("connection", f"{type(exc).__name__}: {exc}"[:200])
+
+    async def _get(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int, path: str) -> Result:
+        host = f"[{addr}]" if addr.version == 6 else str(addr)
+        reader, writer = await asyncio.open_connection(str(addr), port, limit=MAX_RESPONSE_BYTES)
+        try:
+            request = (f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUser-Agent: baton-drain-probe\r\n"
+                       "Accept: */*\r\nConnection: close\r\n\r\n")
+            writer.write(request.encode("ascii"))
+            await writer.drain()
+            line = await reader.readuntil(b"\n")  # at most MAX_RESPONSE_BYTES, else LimitOverrunError
+        finally:
+            writer.close()
+        match = _STATUS_LINE.match(line)
+        if match is None:
+            return self._error("not-http", "the answer is not an HTTP/1.x status line")
+        code = int(match.group(1))
+        if code == 200:
+            return Result(idle=True)
+        if 300 <= code < 400:
+            return self._error("redirect", f"answered {code} (redirects are not followed; not idle)")
+        return Result(idle=False, error=f"answered {code}")
+
+    @staticmethod
+    def _error(kind: str, text: str) -> Result:
+        metrics.DRAIN_PROBE_ERRORS.labels(kind=kind).inc()
+        return Result(idle=False, error=text)

@@ -1,19 +1,25 @@
 """Carries a Plan out through ``baton.k8s``, keeps the Leases this process holds, records metrics.
 
-Does I/O (through baton.k8s, in worker threads). Pod-changing actions are fenced locally: they
-run only while this process holds the runtime's Lease and renewed it within its duration.
-Status writes are fenced by the API server (CEL rule on status.fencingToken).
+Does I/O (through baton.k8s, in worker threads). The API server is the fence: a pod create is
+refused while any pod of the runtime exists (one name per runtime), deletes and relabels carry
+the pod's UID, status writes carry the fencing token (CEL rule). On top, every pod-changing
+action and status write runs only while this process holds the Lease *fresh*: its last
+successful renew was *sent* less than (duration - margin) ago by the local monotonic clock.
+Renewals run on their own threads and connection, so no other work can starve them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import datetime
+import enum
+import functools
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from baton import metrics
 from baton.k8s import client, events, leases, observe, pods, runtimes, services
@@ -23,20 +29,36 @@ from baton.lifecycle import plan as p
 log = logging.getLogger("baton.execute")
 
 
+T = TypeVar("T")
+
+# Tests only: BATON_FAULT_CLOCK_OFFSET_SECONDS shifts this process's wall clock (a replica whose
+# clock runs ahead or behind). The monotonic clock, which judges Leases, is never shifted.
+_CLOCK_OFFSET = datetime.timedelta(seconds=float(os.environ.get("BATON_FAULT_CLOCK_OFFSET_SECONDS") or 0))
+
+
 def utcnow() -> datetime.datetime:
-    return datetime.datetime.now(datetime.timezone.utc)
+    return datetime.datetime.now(datetime.timezone.utc) + _CLOCK_OFFSET
+
+
+def safety_margin(duration: float) -> float:
+    """How long before its Lease could expire a holder stops acting (see docs/architecture.md):
+    the time between checking freshness and the request reaching the API server, plus clock
+    rate differences between machines (bounded; rates, unlike offsets, barely drift)."""
+    return max(2.0, 0.2 * duration)
 
 
 @dataclasses.dataclass
 class HeldLease:
     token: int
     duration: int
-    renewed: float  # time.monotonic() of the last successful acquire/renew
+    renewed: float  # time.monotonic() when the last successful acquire/renew was *sent*
+    last: dict[str, Any] | None = None  # the Lease as last written (next compare-and-swap)
     renewer: asyncio.Task[None] | None = None
 
     def fresh(self) -> bool:
-        # Stop acting a second before the Lease could expire for others.
-        return time.monotonic() - self.renewed < self.duration - 1.0
+        # Others may take the Lease `duration` after they last saw it change, which is after we
+        # sent that renew: measured from the send, stop a margin before.
+        return time.monotonic() - self.renewed < self.duration - safety_margin(self.duration)
 
 
 class Aborted(Exception):
@@ -48,6 +70,11 @@ class Executor:
         self.identity = identity
         self.lease_seconds = lease_seconds
         self.held: dict[tuple[str, str], HeldLease] = {}
+        # Lease renewals have threads of their own: a burst of other work never delays them.
+        self._lease_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-lease")
+
+    async def _on_lease_pool(self, fn: Callable[..., T], **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._lease_pool, functools.partial(fn, **kwargs))
 
     # --- Lease keeping -----------------------------------------------------------------------
 
@@ -70,12 +97,13 @@ class Executor:
             held = self.held.get(key)
             if held is None:
                 return
+            sent = time.monotonic()
             try:
-                await asyncio.to_thread(
+                held.last = await self._on_lease_pool(
                     leases.renew_lease, namespace=ns, name=mf.lease_name(name),
-                    identity=self.identity, token=held.token, now=utcnow(),
+                    identity=self.identity, token=held.token, now=utcnow(), last=held.last,
                 )
-                held.renewed = time.monotonic()
+                held.renewed = sent
             except leases.LeaseLost as exc:
                 log.warning("lost lifecycle Lease of %s/%s: %s", ns, name, exc, extra={"runtime": f"{ns}/{name}"})
                 metrics.LEASE_CONFLICTS.inc()
@@ -113,6 +141,7 @@ class Executor:
                 return False
         if plan.actions:
             local.last_error = None
+            local.pod_rejected = None  # recorded in status by this plan
         return True
 
     async def _one(
@@ -137,12 +166,16 @@ class Executor:
             fins = [f for f in meta.get("finalizers") or [] if f != mf.FINALIZER]
             await run(runtimes.patch_runtime_finalizers, ns, name, fins, meta["resourceVersion"])
         elif isinstance(action, p.RemoveAnnotation):
-            await run(runtimes.patch_runtime_metadata, ns, name, {"annotations": {action.key: None}})
+            if not await run(runtimes.remove_annotation, ns, name, action.key, action.value):
+                log.info("annotation %s changed before it was removed; left as it is", action.key,
+                         extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.AcquireLease):
-            await self._acquire(o, action, local, key, wake)
+            await self._acquire(snap, action, local, key, wake)
         elif isinstance(action, p.ReleaseLease):
+            held = self.held.get(key)
             self.drop(key)
-            await run(leases.release_lease, namespace=ns, name=mf.lease_name(name), identity=self.identity)
+            await self._on_lease_pool(leases.release_lease, namespace=ns, name=mf.lease_name(name),
+                                      identity=self.identity, last=held.last if held else None)
         elif isinstance(action, p.DeleteLease):
             self.drop(key)
             await run(leases.delete_lease, ns, mf.lease_name(name))
@@ -162,15 +195,29 @@ class Executor:
         elif isinstance(action, p.Record):
             self._record(action)
         elif isinstance(action, p.EnsureService):
-            await run(services.apply_service, ns, action.manifest)
+            svc = o.service
+            await run(functools.partial(services.apply_service, ns, action.manifest,
+                                        uid=svc.uid if svc.exists and svc.owned else None))
         elif isinstance(action, p.DeleteService):
-            await run(services.delete_service, ns, name)
+            if o.service.uid:
+                await run(services.delete_service, ns, name, o.service.uid)
         elif isinstance(action, p.CreatePod):
             try:
                 await run(pods.create_pod, ns, action.manifest)
             except client.ApiException as exc:
-                if not client.is_conflict(exc):  # AlreadyExists: the next observation adopts it
-                    raise
+                if client.is_conflict(exc):
+                    # AlreadyExists: a pod holds the runtime's name. The API server refused a
+                    # second one; the next observation says whose it is.
+                    log.info("pod %s already exists: create refused by the API server", action.manifest["metadata"]["name"],
+                             extra={"runtime": f"{ns}/{name}"})
+                    return
+                if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
+                    # Refused for good as sent (invalid pod, PodSecurity, quota): decide() records
+                    # it, quoting the API server, and backs off with the Lease released.
+                    local.pod_rejected = client.short(exc)
+                    metrics.POD_REJECTIONS.inc()
+                    raise Aborted(f"pod create refused: {local.pod_rejected}") from exc
+                raise
             log.info("created pod %s", action.manifest["metadata"]["name"], extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.SetServing):
             await run(pods.patch_pod_serving, ns, action.pod, action.uid, action.serving)
@@ -185,19 +232,22 @@ class Executor:
             raise TypeError(f"unknown action {action!r}")
 
     async def _acquire(
-        self, o: Any, action: p.AcquireLease, local: observe.Local, key: tuple[str, str], wake: Callable[[], None]
+        self, snap: observe.Snapshot, action: p.AcquireLease, local: observe.Local, key: tuple[str, str],
+        wake: Callable[[], None],
     ) -> None:
         ns, name = key
+        sent = time.monotonic()
         try:
-            await asyncio.to_thread(
-                leases.acquire_lease, namespace=ns, name=mf.lease_name(name), runtime=name, runtime_uid=o.uid,
-                identity=self.identity, token=action.token, duration_seconds=self.lease_seconds, now=utcnow(),
+            written = await self._on_lease_pool(
+                leases.acquire_lease, namespace=ns, name=mf.lease_name(name), runtime=name,
+                runtime_uid=snap.observed.uid, identity=self.identity, token=action.token,
+                duration_seconds=self.lease_seconds, now=utcnow(), observed=snap.lease,
             )
         except leases.LeaseLost as exc:
             metrics.LEASE_CONFLICTS.inc()
             raise Aborted(f"Lease not acquired: {exc}") from exc
         self.drop(key)
-        held = HeldLease(token=action.token, duration=self.lease_seconds, renewed=time.monotonic())
+        held = HeldLease(token=action.token, duration=self.lease_seconds, renewed=sent, last=written)
         self.held[key] = held
         held.renewer = asyncio.create_task(self._renew_forever(key, wake), name=f"renew {ns}/{name}")
         if local.lock_wait_since is not None:
@@ -214,7 +264,12 @@ class Executor:
         # Always carry the token, changed or not: the CEL rule (new >= stored) is the fence
         # that rejects this write if another holder has written a newer token meanwhile.
         patch["fencingToken"] = action.status.fencing_token
-        await self._fault_delay(action, key)
+        delayed = await self._fault_delay(action, key)
+        # (A write held back by the fault injection skips this local check on purpose: that
+        # test proves the API server's own fence, the CEL rule on fencingToken.)
+        if not delayed and key in self.held and not self.holds(key):
+            metrics.FENCING_REJECTIONS.inc()
+            raise Aborted("status write refused: this replica's Lease is not fresh (safety margin)")
         try:
             rv = None if key in self.held else (snap_rv or None)
             await asyncio.to_thread(runtimes.patch_runtime_status, ns, name, patch, resource_version=rv)
@@ -228,7 +283,7 @@ class Executor:
                 raise Aborted("fenced out by the API server") from exc
             raise
 
-    async def _fault_delay(self, action: p.WriteStatus, key: tuple[str, str]) -> None:
+    async def _fault_delay(self, action: p.WriteStatus, key: tuple[str, str]) -> bool:
         """Fault injection for tests only: BATON_FAULT_DELAY_STATUS_WRITE="<step>=<seconds>".
 
         Delays a status write that moves a transition to <step>, so a test can freeze this
@@ -237,11 +292,12 @@ class Executor:
         spec = os.environ.get("BATON_FAULT_DELAY_STATUS_WRITE", "")
         step, _, seconds = spec.partition("=")
         t = action.status.transition
-        if not step or t is None or t.step.value != step:
-            return
+        if not step or t is None or str(t.step.value if isinstance(t.step, enum.Enum) else t.step) != step:
+            return False
         log.warning("fault injection: delaying the status write to step %s by %ss (token %s)",
                     step, seconds, action.status.fencing_token, extra={"runtime": "/".join(key)})
         await asyncio.sleep(float(seconds or "0"))
+        return True
 
     def _record(self, action: p.Record) -> None:
         labels = dict(action.labels)

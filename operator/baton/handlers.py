@@ -57,6 +57,9 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # Baton posts its own events, with reasons of its own
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # Every request kopf makes is bounded too (watch streams by the timeouts above).
+    settings.networking.connect_timeout = 5
+    settings.networking.request_timeout = 30
     asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=32))
     metrics.REGISTRY.register(metrics.RuntimeCollector(_runner().runtime_gauges))
     await server.start(

@@ -57,6 +57,24 @@ FENCING_REJECTIONS = prometheus_client.Counter(
 ACTION_ERRORS = prometheus_client.Counter(
     "baton_action_errors_total", "API calls of a plan that failed, by action.", ["action"], registry=REGISTRY,
 )
+DRAIN_PROBE_ERRORS = prometheus_client.Counter(
+    "baton_drain_probe_errors_total",
+    "Drain probes that did not count as idle for a reason other than a non-200 answer, by kind.",
+    ["kind"], registry=REGISTRY,
+)
+POD_REJECTIONS = prometheus_client.Counter(
+    "baton_pod_rejections_total", "Pod creates the API server refused (quota, PodSecurity, invalid pod).",
+    registry=REGISTRY,
+)
+NAME_CONFLICTS = prometheus_client.Counter(
+    "baton_name_conflicts_total",
+    "Foreign objects found holding a runtime's name (NameConflict) or claiming it (MultiplePods), by kind.",
+    ["kind"], registry=REGISTRY,
+)
+PASSES_THROTTLED = prometheus_client.Counter(
+    "baton_passes_throttled_total",
+    "Passes of a runtime delayed by its rate limit (a loop that would otherwise spin).", registry=REGISTRY,
+)
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )

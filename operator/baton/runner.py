@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
+import time
 from typing import Iterable
 
 from baton import drainprobe, execute, metrics, settings as settings_mod
@@ -20,9 +22,37 @@ from baton.model import status as st
 
 log = logging.getLogger("baton.runner")
 
-# A runtime that keeps asking to act at once this many times in a row is slowed down: a
-# safety net against a decide/observe disagreement turning into a hot loop of API calls.
-HOT_LOOP_LIMIT = 50
+# Per runtime, passes are rate-limited by a token bucket: a handoff's burst of steps runs at
+# once, but no input (a decide/observe disagreement, an API error that repeats) can turn into
+# more than PASS_RATE passes a second for one runtime.
+PASS_BURST = 20.0
+PASS_RATE = 1.0
+# Failed passes back off exponentially with jitter, up to this many seconds.
+FAILURE_BACKOFF_CAP = 30.0
+
+
+class PassBucket:
+    def __init__(self, *, burst: float = PASS_BURST, rate: float = PASS_RATE) -> None:
+        self.burst, self.rate = burst, rate
+        self.tokens = burst
+        self.at = time.monotonic()
+
+    def take(self) -> float:
+        """Seconds to wait before the next pass (0: go now); takes a token."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 0.0
+        wait = (1.0 - self.tokens) / self.rate
+        self.tokens = 0.0
+        self.at = now + wait
+        return wait
+
+
+def failure_backoff(failures: int) -> float:
+    return float(min(FAILURE_BACKOFF_CAP, 0.5 * 2 ** min(failures, 8)) * random.uniform(0.8, 1.2))
 
 
 class Worker:
@@ -37,6 +67,7 @@ class Worker:
         self.last_status: st.ToolRuntimeStatus | None = None
         self.last_budget_sum: float | None = None
         self.task: asyncio.Task[None] | None = None
+        self.bucket = PassBucket()
 
     def wake(self) -> None:
         self.woken.set()
@@ -44,9 +75,12 @@ class Worker:
     async def run(self) -> None:
         ns, name = self.key
         extra = {"runtime": f"{ns}/{name}"}
-        immediate = 0
         failures = 0
         while True:
+            throttle = self.bucket.take()
+            if throttle > 0:
+                metrics.PASSES_THROTTLED.inc()
+                await asyncio.sleep(throttle)
             self.woken.clear()
             self.local.shutting_down = self.runner.shutting_down
             self.local.lease_held_here = self.runner.executor.holds(self.key)
@@ -54,33 +88,26 @@ class Worker:
                 snap = await asyncio.to_thread(observe.read_snapshot, ns, name, self.local)
             except Exception as exc:
                 failures += 1
-                delay = min(30.0, 0.5 * 2 ** min(failures, 6))
+                delay = failure_backoff(failures)
                 log.warning("observing %s/%s failed (%s); again in %.1fs", ns, name, client.short(exc), delay, extra=extra)
                 if self.runner.shutting_down:
                     return
                 await self._sleep(delay)
                 continue
-            failures = 0
-            if snap is not None and mf.ANN_RESET in snap.observed.annotations:
-                if self.local.reset_seen_since is None:
-                    self.local.reset_seen_since = execute.utcnow()
-                    snap.observed = snap.observed.model_copy(update={"reset_waiting_since": self.local.reset_seen_since})
-            else:
-                self.local.reset_seen_since = None
             if snap is None:
                 self.runner.executor.drop(self.key)
                 self.last_status = None
                 return
             o = snap.observed
-            self.runner.index_config_refs(self.key, mf.config_refs(o.spec.template))
+            self.runner.index_config_refs(self.key, [] if o.spec_error else mf.config_refs(o.spec.template))
             t = o.status.transition
-            if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid:
+            if (t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid
+                    and self.runner.executor.holds(self.key)):
+                # Only the Lease holder probes: other replicas never dial the pod.
                 retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
-                idle = retiring is not None and await asyncio.to_thread(
-                    drainprobe.probe_idle, retiring, o.spec.drain.probe, self.runner.settings.probe_allowed
-                )
-                o = o.model_copy(update={"drain_idle": idle})
-                snap.observed = o
+                if retiring is not None:
+                    result = await self.runner.prober.probe(pod=retiring, probe=o.spec.drain.probe)
+                    snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
             self.last_status = o.status
             b = o.spec.budgets
             self.last_budget_sum = float(b.lock_seconds + b.connect_seconds + b.drain_seconds + b.cleanup_seconds)
@@ -98,17 +125,12 @@ class Worker:
             ):
                 return  # nothing held, nothing started: this worker is done
             if not ok:
-                await self._sleep(1.0)
+                failures += 1
+                await self._sleep(failure_backoff(failures))
                 continue
+            failures = 0
             if plan.wait_seconds == 0:
-                immediate += 1
-                if immediate >= HOT_LOOP_LIMIT:
-                    log.error("runtime %s/%s asked to act at once %d times in a row (%s); slowing down",
-                              ns, name, immediate, plan.note, extra=extra)
-                    immediate = 0
-                    await self._sleep(2.0)
                 continue
-            immediate = 0
             await self._sleep(plan.wait_seconds)
 
     async def _sleep(self, seconds: float | None) -> None:
@@ -124,6 +146,7 @@ class Runner:
     def __init__(self, settings: settings_mod.Settings) -> None:
         self.settings = settings
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds)
+        self.prober = drainprobe.Prober(allowed=settings.probe_allowed, concurrency=settings.probe_concurrency)
         self.workers: dict[tuple[str, str], Worker] = {}
         # (namespace, kind, name) of a ConfigMap/Secret -> runtimes whose template references it
         self.config_users: dict[tuple[str, str, str], set[str]] = {}
@@ -198,6 +221,6 @@ class Runner:
             s = w.last_status
             if s is None:
                 continue
-            conds = {c.type.value: c.status for c in s.conditions}
+            conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
             yield ns, name, conds, started, w.last_budget_sum if started is not None else None

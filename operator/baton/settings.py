@@ -40,6 +40,8 @@ class Settings:
     shutdown_grace_seconds: float
     probe_allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     log_level: str
+    # Drain probes in flight at once (async sockets, apart from Lease renewals).
+    probe_concurrency: int = 64
     # Watch ConfigMaps/Secrets for config-ref rolls; off where RBAC grants no access to them.
     watch_configmaps: bool = True
     watch_secrets: bool = True
@@ -66,6 +68,7 @@ class Settings:
             shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
             probe_allowed=allowed,
             log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
+            probe_concurrency=int(e.get("BATON_PROBE_CONCURRENCY", "64")),
             watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
         )

@@ -137,6 +137,13 @@ class PodEvent:
     annotations: dict[str, str]
     created: Any
     node: str | None
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def of(self, runtime: str) -> bool:
+        """A pod of `runtime`: its name (every generation's pod has it), an older version's
+        `<runtime>-g<N>`, or the runtime's label."""
+        return (self.name == runtime or self.name.startswith(runtime + "-g")
+                or self.labels.get("baton.dev/runtime") == runtime)
 
 
 @dataclass
@@ -179,7 +186,7 @@ class PodWatch:
                             deleting=pod.metadata.deletion_timestamp is not None,
                             annotations=dict(pod.metadata.annotations or {}),
                             created=pod.metadata.creation_timestamp,
-                            node=pod.spec.node_name))
+                            node=pod.spec.node_name, labels=dict(labels)))
                     if self._stop.is_set():
                         break
             except ApiException as e:
@@ -204,30 +211,40 @@ class PodWatch:
     def deleted(self, name: str | None = None) -> list[PodEvent]:
         return [e for e in self.snapshot() if e.type == "DELETED" and (name is None or e.name == name)]
 
-    def lifetimes(self, runtime: str) -> list[tuple[str, str, int, int | None]]:
-        """(name, uid, index of ADDED, index of DELETED or None) of every pod of `runtime`."""
+    def added_gen(self, runtime: str, generation: int) -> list[PodEvent]:
+        """ADDED events of generation `generation`'s pod of `runtime` (by its label at creation)."""
+        return [e for e in self.added() if e.of(runtime) and e.generation == generation]
+
+    def deleted_gen(self, runtime: str, generation: int) -> list[PodEvent]:
+        """DELETED events of the pod that was created as generation `generation` of `runtime`."""
+        uids = {e.uid for e in self.added_gen(runtime, generation)}
+        return [e for e in self.deleted() if e.uid in uids]
+
+    def lifetimes(self, runtime: str) -> list[tuple[str, str, int | None, int, int | None]]:
+        """(name, uid, generation at creation, index of ADDED, index of DELETED or None) of every
+        pod of `runtime`, in the API server's order. A pod is followed by UID: a label edited
+        away later does not hide it."""
         evs = self.snapshot()
         spans: dict[str, list[Any]] = {}
         for i, e in enumerate(evs):
-            if not e.name.startswith(runtime + "-g"):
-                continue
-            if e.type == "ADDED":
-                spans[e.uid] = [e.name, e.uid, i, None]
+            if e.type == "ADDED" and e.of(runtime):
+                spans[e.uid] = [e.name, e.uid, e.generation, i, None]
             elif e.type == "DELETED" and e.uid in spans:
-                spans[e.uid][3] = i
-        return [tuple(v) for v in sorted(spans.values(), key=lambda v: v[2])]  # type: ignore[misc]
+                spans[e.uid][4] = i
+        return [tuple(v) for v in sorted(spans.values(), key=lambda v: v[3])]  # type: ignore[misc]
 
-    def assert_one_at_a_time(self, runtime: str) -> list[str]:
-        """Invariant 1, from the watch log: each pod's DELETED precedes the next pod's ADDED."""
+    def assert_one_at_a_time(self, runtime: str) -> list[int | None]:
+        """Invariant 1, from the watch log: each pod's DELETED precedes the next pod's ADDED.
+        Returns the generations, in order of creation."""
         spans = self.lifetimes(runtime)
         for prev, nxt in zip(spans, spans[1:]):
-            assert prev[3] is not None and prev[3] < nxt[2], (
-                f"{nxt[0]} (uid {nxt[1]}) was ADDED while {prev[0]} (uid {prev[1]}) still existed: {spans}")
-        names = [s[0] for s in spans]
-        assert len(names) == len(set(names)), f"a generation pod name was created twice: {names}"
-        gens = [int(n.rsplit("-g", 1)[1]) for n in names]
-        assert gens == sorted(gens) and len(set(gens)) == len(gens), f"generations not increasing: {gens}"
-        return names
+            assert prev[4] is not None and prev[4] < nxt[3], (
+                f"{nxt[0]} (uid {nxt[1]}, g{nxt[2]}) was ADDED while {prev[0]} (uid {prev[1]}, g{prev[2]}) "
+                f"still existed: {spans}")
+        gens = [s[2] for s in spans]
+        known = [g for g in gens if g is not None]
+        assert known == sorted(known) and len(set(known)) == len(known), f"generations not increasing: {gens}"
+        return gens
 
 
 def runtime_manifest(name: str, *, image: str = "example/tool:1", budgets: dict[str, int] | None = None,
@@ -322,6 +339,13 @@ class Runtimes:
 
     def pods(self, name: str) -> list[Any]:
         return list(self.core.list_namespaced_pod(self.ns, label_selector=f"baton.dev/runtime={name}").items)
+
+    def gen_pod(self, runtime: str, generation: int) -> Any | None:
+        """The runtime's pod (named like the runtime) if it is generation `generation`'s."""
+        pod = self.pod(runtime)
+        if pod is None or (pod.metadata.labels or {}).get("baton.dev/generation") != str(generation):
+            return None
+        return pod
 
     def pod(self, pod_name: str) -> Any | None:
         try:

@@ -44,9 +44,9 @@ def handoff_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch, op: baton.O
     assert svc.spec.selector == {"baton.dev/runtime": "mcp", "baton.dev/serving": "true"}
     change(rts, "mcp")
     st2 = rts.wait_ready("mcp", 2, timeout=ready_timeout)
-    assert pod_watch.assert_one_at_a_time("mcp") == ["mcp-g1", "mcp-g2"]
-    [g1_deleted] = pod_watch.deleted("mcp-g1")
-    [g2_added] = pod_watch.added("mcp-g2")
+    assert pod_watch.assert_one_at_a_time("mcp") == [1, 2]
+    [g1_deleted] = pod_watch.deleted_gen("mcp", 1)
+    [g2_added] = pod_watch.added_gen("mcp", 2)
     assert g1_deleted.uid == g1_uid and g1_deleted.resource_version < g2_added.resource_version
     [entry] = st2["history"]
     assert entry["generation"] == 1 and entry["uid"] == g1_uid and entry["outcome"] == "Retired"
@@ -54,7 +54,7 @@ def handoff_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch, op: baton.O
         assert op.metric("baton_handoffs_total", outcome="Retired") >= 1
     rts.delete("mcp")
     try:
-        wait_for(lambda: not rts.exists("mcp") and rts.pod("mcp-g2") is None, timeout=ready_timeout,
+        wait_for(lambda: not rts.exists("mcp") and rts.gen_pod("mcp", 2) is None, timeout=ready_timeout,
                  what="runtime mcp retired and gone")
     except AssertionError:  # seen twice (docs/chart.md, "Gaps"): keep what explains it
         print("runtime:", rts.get("mcp") if rts.exists("mcp") else None)
@@ -78,7 +78,7 @@ def cleanup_failure_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch,
     rts.create(manifest("stuck", budgets={"cleanupSeconds": 4}))
     st1 = rts.wait_ready("stuck", 1, timeout=ready_timeout)
     g1_uid = st1["current"]["uid"]
-    rts.core.patch_namespaced_pod("stuck-g1", rts.ns, {"metadata": {"finalizers": ["test.baton.dev/hold"]}})
+    rts.core.patch_namespaced_pod("stuck", rts.ns, {"metadata": {"finalizers": ["test.baton.dev/hold"]}})
     change(rts, "stuck")
 
     def failed() -> dict[str, Any] | None:
@@ -89,7 +89,7 @@ def cleanup_failure_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch,
     assert cond["reason"] == "PodStuckTerminating"
     assert rts.status("stuck")["lastCleanupFailure"]["uid"] == g1_uid
     assert [e.type for e in rts.events("stuck", "CleanupFailed")] == ["Warning"]
-    stays(lambda: rts.pod("stuck-g2") is None and failed() is not None, duration=3,
+    stays(lambda: rts.gen_pod("stuck", 2) is None and failed() is not None, duration=3,
           what="CleanupFailed held, no g2")
     rts.annotate("stuck", "baton.dev/force-recovery", "1")
     st2 = rts.wait_ready("stuck", 2, timeout=ready_timeout)
@@ -99,4 +99,4 @@ def cleanup_failure_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch,
     if op is not None:
         assert op.metric("baton_force_recoveries_total") == 1
         assert op.metric("baton_cleanup_failures_total", reason="PodStuckTerminating") == 1
-    assert pod_watch.assert_one_at_a_time("stuck") == ["stuck-g1", "stuck-g2"]
+    assert pod_watch.assert_one_at_a_time("stuck") == [1, 2]

@@ -16,7 +16,7 @@ def test_demo_runs_end_to_end_and_cleans_up() -> None:
                          timeout=300, cwd=ROOT)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
-    for needle in ("search-mcp-g1", "Handoff g1→g2 (TemplateChanged)", "PodStuckTerminating",
+    for needle in ("search-mcp", "Handoff g1→g2 (TemplateChanged)", "PodStuckTerminating",
                    "force recovery of generation 2 requested", "ForceRecovered", "== demo done",
                    "[cluster] stopped"):
         assert needle in out, f"{needle!r} missing from the demo's output"

@@ -27,7 +27,7 @@ def test_template_change_hands_off_one_generation_at_a_time(
     rts.create(baton.runtime_manifest("mcp", service=True))
     st1 = rts.wait_ready("mcp", 1)
     g1_uid = st1["current"]["uid"]
-    pod1 = rts.pod("mcp-g1")
+    pod1 = rts.gen_pod("mcp", 1)
     assert pod1 is not None and pod1.metadata.uid == g1_uid
     assert pod1.metadata.labels["baton.dev/serving"] == "true"
     assert pod1.metadata.annotations["baton.dev/generation"] == "1"
@@ -43,9 +43,9 @@ def test_template_change_hands_off_one_generation_at_a_time(
     st2 = rts.wait_ready("mcp", 2)
 
     names = pod_watch.assert_one_at_a_time("mcp")
-    assert names == ["mcp-g1", "mcp-g2"]
-    g1_deleted = pod_watch.deleted("mcp-g1")
-    g2_added = pod_watch.added("mcp-g2")
+    assert names == [1, 2]
+    g1_deleted = pod_watch.deleted_gen("mcp", 1)
+    g2_added = pod_watch.added_gen("mcp", 2)
     assert len(g1_deleted) == 1 and g1_deleted[0].uid == g1_uid
     assert len(g2_added) == 1, "exactly one g2 pod was created"
     assert g1_deleted[0].resource_version < g2_added[0].resource_version
@@ -71,11 +71,11 @@ def test_idle_runtime_costs_no_writes(operators: Start, rts: baton.Runtimes, clu
     time.sleep(1)
     before = (rts.get("idle")["metadata"]["resourceVersion"],
               coord.read_namespaced_lease("baton-idle", namespace).metadata.resource_version,
-              rts.pod("idle-g1").metadata.resource_version)
+              rts.gen_pod("idle", 1).metadata.resource_version)
     time.sleep(8)  # more than one Lease duration (5 s in tests): a held Lease would be renewed
     after = (rts.get("idle")["metadata"]["resourceVersion"],
              coord.read_namespaced_lease("baton-idle", namespace).metadata.resource_version,
-             rts.pod("idle-g1").metadata.resource_version)
+             rts.gen_pod("idle", 1).metadata.resource_version)
     assert before == after
 
 
@@ -87,7 +87,7 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     rts.create(baton.runtime_manifest("stuck", budgets={"cleanupSeconds": 4}))
     st1 = rts.wait_ready("stuck", 1)
     g1_uid = st1["current"]["uid"]
-    rts.core.patch_namespaced_pod("stuck-g1", rts.ns, {"metadata": {"finalizers": ["test.baton.dev/hold"]}})
+    rts.core.patch_namespaced_pod("stuck", rts.ns, {"metadata": {"finalizers": ["test.baton.dev/hold"]}})
     t0 = time.monotonic()
     rts.set_image("stuck", "example/tool:2")
 
@@ -103,21 +103,21 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     assert st["transition"]["step"] == "CleanupFailed" and st["transition"]["to"] == 2
     assert [e.type for e in rts.events("stuck", "CleanupFailed")] == ["Warning"]
     assert op.metric("baton_cleanup_failures_total", reason="PodStuckTerminating") == 1
-    assert rts.pod("stuck-g2") is None
+    assert rts.gen_pod("stuck", 2) is None
 
     # A restart does not paper over it.
     op.kill()
     op2 = operators("op-b")
     stays(lambda: (rts.condition("stuck", "CleanupFailed") or {}).get("status") == "True"
-          and rts.pod("stuck-g2") is None, duration=7, what="CleanupFailed held, no g2")
+          and rts.gen_pod("stuck", 2) is None, duration=7, what="CleanupFailed held, no g2")
 
     # A stale force-recovery touches nothing.
     rts.annotate("stuck", "baton.dev/force-recovery", "7")
     wait_for(lambda: "baton.dev/force-recovery" not in (rts.get("stuck")["metadata"].get("annotations") or {}),
              timeout=15, what="stale annotation removed")
     assert [e.type for e in rts.events("stuck", "StaleForceRecovery")] == ["Warning"]
-    assert rts.pod("stuck-g1").metadata.uid == g1_uid
-    assert rts.pod("stuck-g2") is None
+    assert rts.gen_pod("stuck", 1).metadata.uid == g1_uid
+    assert rts.gen_pod("stuck", 2) is None
     assert (rts.condition("stuck", "CleanupFailed") or {}).get("status") == "True"
     assert op2.metric("baton_stale_verbs_total", verb="force-recovery") == 1
 
@@ -130,7 +130,7 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     assert (rts.condition("stuck", "CleanupFailed") or {})["reason"] == "ForceRecovered"
     assert rts.events("stuck", "ForceRecovered")
     assert op2.metric("baton_force_recoveries_total") == 1
-    assert pod_watch.assert_one_at_a_time("stuck") == ["stuck-g1", "stuck-g2"]
+    assert pod_watch.assert_one_at_a_time("stuck") == [1, 2]
 
 
 def test_serving_pod_readiness_is_reported_without_a_handoff(
@@ -140,13 +140,13 @@ def test_serving_pod_readiness_is_reported_without_a_handoff(
     operators("op-a")
     rts.create(baton.runtime_manifest("flaky"))
     st1 = rts.wait_ready("flaky", 1)
-    rts.core.patch_namespaced_pod("flaky-g1", rts.ns,
+    rts.core.patch_namespaced_pod("flaky", rts.ns,
                                   {"metadata": {"annotations": {"baton.dev/test-never-ready": "true"}}})
     wait_for(lambda: (rts.condition("flaky", "Ready") or {}).get("reason") == "PodNotReady",
              timeout=15, what="Ready=False PodNotReady")
     assert (rts.condition("flaky", "Ready") or {})["status"] == "False"
-    rts.core.patch_namespaced_pod("flaky-g1", rts.ns,
+    rts.core.patch_namespaced_pod("flaky", rts.ns,
                                   {"metadata": {"annotations": {"baton.dev/test-never-ready": None}}})
     st = rts.wait_ready("flaky", 1, timeout=15)
     assert st["current"]["uid"] == st1["current"]["uid"]
-    assert pod_watch.assert_one_at_a_time("flaky") == ["flaky-g1"]
+    assert pod_watch.assert_one_at_a_time("flaky") == [1]

@@ -55,8 +55,8 @@ def test_sigkill_mid_handoff_is_finished_by_the_next_holder(
     operators("op-c")
     st2 = rts.wait_ready("resume", target, timeout=60)
     assert target == 2
-    assert pod_watch.assert_one_at_a_time("resume") == ["resume-g1", "resume-g2"]
-    assert len(pod_watch.added("resume-g2")) == 1
+    assert pod_watch.assert_one_at_a_time("resume") == [1, 2]
+    assert len(pod_watch.added_gen("resume", 2)) == 1
     [entry] = st2["history"]
     assert entry["generation"] == 1 and entry["outcome"] == "Retired" and entry["message"] == "drain incomplete"
     assert st2["latestGeneration"] == 2
@@ -80,7 +80,7 @@ def test_two_replicas_ten_runtimes_three_rounds(
         for n in names:
             rts.wait_ready(n, round_, timeout=120)
     for n in names:
-        assert pod_watch.assert_one_at_a_time(n) == [f"{n}-g{g}" for g in range(1, 5)]
+        assert pod_watch.assert_one_at_a_time(n) == list(range(1, 5))
         st = rts.status(n)
         assert [h["generation"] for h in st["history"]] == [1, 2, 3]
         assert st["latestGeneration"] == 4
@@ -116,10 +116,10 @@ def test_frozen_holder_is_fenced_by_the_api_server(
              what="op-a's stale write rejected")
     assert "must not decrease" in a.log_text()
     assert a.metric("baton_fencing_rejections_total") >= 1
-    pods = [e for e in pod_watch.added() if e.name.startswith("fence-")]
-    assert all(e.annotations["baton.dev/fencing-token"] != str(token_a) or e.name == "fence-g1"
-               for e in pods), [(e.name, e.annotations["baton.dev/fencing-token"]) for e in pods]
-    assert pod_watch.assert_one_at_a_time("fence") == ["fence-g1", "fence-g2"]
+    pods = [e for e in pod_watch.added() if e.of("fence")]
+    assert all(e.annotations["baton.dev/fencing-token"] != str(token_a) or e.generation == 1
+               for e in pods), [(e.generation, e.annotations["baton.dev/fencing-token"]) for e in pods]
+    assert pod_watch.assert_one_at_a_time("fence") == [1, 2]
     st = rts.status("fence")
     assert st["current"]["generation"] == 2 and st["holder"] == "op-b"
     assert "resuming Handoff" in b.log_text()
@@ -170,7 +170,7 @@ def test_drain_probe_gates_the_delete(operators: Start, rts: baton.Runtimes,
         drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1}))
     op = operators("op-a")
     rts.wait_ready("drain", 1)
-    ip = rts.pod("drain-g1").status.pod_ip
+    ip = rts.gen_pod("drain", 1).status.pod_ip
     assert ip.startswith("127."), ip
     server = _DrainServer(ip, port)
     try:
@@ -183,7 +183,8 @@ def test_drain_probe_gates_the_delete(operators: Start, rts: baton.Runtimes,
         rts.wait_ready("drain", 2, timeout=40)
     finally:
         server.close()
-    deleting = [e for e in pod_watch.snapshot() if e.name == "drain-g1" and e.deleting]
+    g1_uids = {e.uid for e in pod_watch.added_gen("drain", 1)}
+    deleting = [e for e in pod_watch.snapshot() if e.uid in g1_uids and e.deleting]
     assert deleting, "g1 was deleted"
     deleted_at = deleting[0].received
     st = rts.status("drain")
@@ -197,7 +198,7 @@ def test_drain_probe_gates_the_delete(operators: Start, rts: baton.Runtimes,
         assert entry["message"] == "drain incomplete"
         assert rts.events("drain", "DrainIncomplete")
         assert op.metric("baton_drain_incomplete_total") == 1
-    assert pod_watch.assert_one_at_a_time("drain") == ["drain-g1", "drain-g2"]
+    assert pod_watch.assert_one_at_a_time("drain") == [1, 2]
 
 
 def test_connect_timeout_retires_and_backs_off(operators: Start, rts: baton.Runtimes,
@@ -245,7 +246,7 @@ def test_delete_mid_handoff_leaves_nothing(operators: Start, rts: baton.Runtimes
     rts.delete("gone")
     wait_for(lambda: not rts.exists("gone"), timeout=30, what="runtime deleted")
     assert rts.pods("gone") == []
-    assert not pod_watch.added("gone-g2"), "no new generation during a delete"
+    assert not pod_watch.added_gen("gone", 2), "no new generation during a delete"
     with pytest.raises(ApiException) as svc:
         rts.core.read_namespaced_service("gone", namespace)
     assert svc.value.status == 404
@@ -260,12 +261,12 @@ def test_lost_pod_is_handed_off_to_a_new_number(operators: Start, rts: baton.Run
     rts.create(baton.runtime_manifest("lost"))
     operators("op-a")
     st1 = rts.wait_ready("lost", 1)
-    rts.core.delete_namespaced_pod("lost-g1", rts.ns, grace_period_seconds=0)
+    rts.core.delete_namespaced_pod("lost", rts.ns, grace_period_seconds=0)
     st2 = rts.wait_ready("lost", 2, timeout=30)
     [entry] = st2["history"]
     assert entry["outcome"] == "Lost" and entry["uid"] == st1["current"]["uid"]
     assert rts.events("lost", "PodLost")
-    assert pod_watch.assert_one_at_a_time("lost") == ["lost-g1", "lost-g2"]
+    assert pod_watch.assert_one_at_a_time("lost") == [1, 2]
 
 
 def test_api_server_rejects_a_lower_fencing_token(operators: Start, rts: baton.Runtimes) -> None:
@@ -310,12 +311,12 @@ def test_lock_timeout_is_reported_and_retried(operators: Start, rts: baton.Runti
     assert time.monotonic() - t0 <= 2 + 5
     assert rts.events("locked", "LockTimeout")
     assert op.metric("baton_lock_timeouts_total") == 1
-    assert rts.pod("locked-g2") is None and rts.pod("locked-g1") is not None
+    assert rts.gen_pod("locked", 2) is None and rts.gen_pod("locked", 1) is not None
     lease = coord.read_namespaced_lease("baton-locked", namespace)
     lease.spec.holder_identity = None
     lease.spec.renew_time = None
     coord.replace_namespaced_lease("baton-locked", namespace, lease)
     rts.wait_ready("locked", 2, timeout=20)
     assert (rts.condition("locked", "Degraded") or {})["status"] == "False"
-    assert pod_watch.assert_one_at_a_time("locked") == ["locked-g1", "locked-g2"]
+    assert pod_watch.assert_one_at_a_time("locked") == [1, 2]
     assert op.metric("baton_lock_wait_seconds_count") >= 1

@@ -1,7 +1,7 @@
 """Builders of Observed snapshots for the pure lifecycle tests, plus a tiny fake executor.
 
 Everything is relative to one frozen clock, ``NOW``. Defaults describe the runtime
-``agents/search-mcp`` served by generation 7 (pod ``search-mcp-g7``, uid ``uid-7``), fencing
+``agents/search-mcp`` served by generation 7 (pod ``search-mcp``, uid ``uid-7``), fencing
 token 5, identity ``baton-a``; every builder takes keyword overrides.
 """
 
@@ -58,7 +58,8 @@ def at(seconds: float) -> datetime.datetime:
 
 
 def name(gen: int) -> str:
-    return mf.pod_name(RT, gen)
+    """Every generation's pod has the runtime's name (the generation is in its labels)."""
+    return mf.pod_name(RT)
 
 
 def uid(gen: int) -> str:
@@ -128,8 +129,9 @@ def lease_mine(token: int = TOKEN) -> obs.LeaseInfo:
 
 
 def lease_other(token: int = TOKEN, *, renewed: float = 0.0, duration: int = 15) -> obs.LeaseInfo:
-    """Held by OTHER, last renewed `renewed` seconds from NOW (negative: in the past)."""
-    return obs.LeaseInfo(exists=True, holder=OTHER, renew_time=at(renewed), duration_seconds=duration, token=token)
+    """Held by OTHER, seen unchanged by this process for -`renewed` seconds (renewed: <= 0)."""
+    return obs.LeaseInfo(exists=True, holder=OTHER, renew_time=at(renewed), duration_seconds=duration, token=token,
+                         unchanged_seconds=max(0.0, -renewed))
 
 
 def lease_free(token: int = TOKEN) -> obs.LeaseInfo:
@@ -307,7 +309,7 @@ class World:
         o = self.o
         for a in plan.actions:
             if isinstance(a, p.FENCED):
-                assert o.lease.holder == ME and not o.lease.free_at(now), f"{a} without the Lease"
+                assert o.lease.holder == ME and o.lease_held_here, f"{a} without the Lease"
             if isinstance(a, p.AddFinalizer):
                 o = o.model_copy(update={"finalizers": (*o.finalizers, mf.FINALIZER)})
             elif isinstance(a, p.RemoveFinalizer):
@@ -315,7 +317,7 @@ class World:
             elif isinstance(a, p.RemoveAnnotation):
                 o = o.model_copy(update={"annotations": {k: v for k, v in o.annotations.items() if k != a.key}})
             elif isinstance(a, p.AcquireLease):
-                assert o.lease.free_at(now) or o.lease.holder == ME
+                assert o.lease.free() or o.lease.holder == ME
                 o = o.model_copy(update={"lease": obs.LeaseInfo(exists=True, holder=ME, renew_time=now, token=a.token),
                                          "lease_held_here": True})
             elif isinstance(a, p.ReleaseLease):

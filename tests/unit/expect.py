@@ -85,6 +85,21 @@ class Rec(Expectation):
             assert action.value == self.value, action
 
 
+@dataclasses.dataclass(frozen=True)
+class Unannotate(Expectation):
+    """A RemoveAnnotation of `key`, guarded by the value acted on (`value`; None: any)."""
+
+    key: str
+    value: str | None = None
+    kind: str = "RemoveAnnotation"
+
+    def check(self, action: Any) -> None:
+        assert isinstance(action, p.RemoveAnnotation)
+        assert action.key == self.key, action
+        if self.value is not None:
+            assert action.value == self.value, action
+
+
 def step_time(step: str, value: float | None = None) -> Rec:
     return Rec(p.Metric.STEP_DURATION, (("step", step),), value)
 

@@ -21,7 +21,7 @@ from baton.model import observed as obs
 from baton.model import status as st
 
 from . import builders as b
-from .expect import WS, Ev, NewPod, Rec, check_plan, step_time
+from .expect import WS, Ev, NewPod, Rec, Unannotate, check_plan, step_time
 
 pytestmark = pytest.mark.unit
 
@@ -47,7 +47,7 @@ def started(kind: str) -> list[Any]:
 
 def stale(verb: str) -> list[Any]:
     reason, key = ("StaleReset", RESET) if verb == "reset" else ("StaleForceRecovery", FORCE)
-    return [Ev("Warning", reason), p.RemoveAnnotation(key), Rec(M.STALE_VERBS, (("verb", verb),))]
+    return [Ev("Warning", reason), Unannotate(key), Rec(M.STALE_VERBS, (("verb", verb),))]
 
 
 def handoff(**kw: Any) -> dict[str, Any]:
@@ -201,7 +201,7 @@ START = [
               "Degraded.message": "missing: ConfigMap/search-config", "Ready": ("True", "GenerationReady")})], 0),
     case("reset-valid-hands-off-same-template",
          b.observed(annotations={RESET: "7"}),
-         [WS(handoff(**{"transition.trigger": "Reset"})), *started("Handoff"), p.RemoveAnnotation(RESET)], 0),
+         [WS(handoff(**{"transition.trigger": "Reset"})), *started("Handoff"), Unannotate(RESET, "7")], 0),
     case("reset-valid-needs-lease-first", b.observed(annotations={RESET: "7"}, lease=b.lease_free(5)),
          [p.AcquireLease(token=6)], 0),
     case("reset-stale-older-generation", b.observed(annotations={RESET: "6"}),
@@ -393,7 +393,7 @@ RECOVERY = [
     case("force-recovery-naming-failed-generation-is-recorded",
          b.observed(status_=held(), pods=(OLD_STUCK,), annotations={FORCE: "7"}, desired_hash=b.HASH2),
          [WS(FORCED_AWAIT), step_time("CleanupFailed"),
-          Ev("Normal", "ForceRecovered", "uid uid-7"), Rec(M.FORCE_RECOVERIES), p.RemoveAnnotation(FORCE)], 0),
+          Ev("Normal", "ForceRecovered", "uid uid-7"), Rec(M.FORCE_RECOVERIES), Unannotate(FORCE, "7")], 0),
     case("force-recovery-stale-value-touches-nothing",
          b.observed(status_=held(), pods=(OLD_STUCK,), annotations={FORCE: "6"}, desired_hash=b.HASH2),
          stale("force-recovery"), 0),
@@ -459,7 +459,7 @@ def timed_out_retire(attempt: int) -> obs.Observed:
 
 
 def backing_off(not_before: datetime.datetime, **kw: Any) -> obs.Observed:
-    ready = b.cond(C.READY, False, "BackingOff", f"retrying after a connect failure at {not_before.isoformat()}")
+    ready = b.cond(C.READY, False, "BackingOff", f"retrying after a failed start at {not_before.isoformat()}")
     s = b.status(gen=None, latest=8, retry=st.Retry(attempt=2, not_before=not_before), history=b.history(7, 8),
                  conditions=b.steady_conditions(None, Ready=ready,
                                                 Degraded=b.cond(C.DEGRADED, True, "ConnectTimeout")))
@@ -542,7 +542,8 @@ LEASE = [
          [p.AcquireLease(token=6)], 0),
     case("own-lease-expired-is-reacquired-with-new-token",
          b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,),
-                    lease=obs.LeaseInfo(exists=True, holder=b.ME, renew_time=at(-30), token=5), desired_hash=b.HASH2),
+                    lease=obs.LeaseInfo(exists=True, holder=b.ME, renew_time=at(-30), token=5), desired_hash=b.HASH2,
+                    lease_held_here=False),  # the executor stopped renewing it in time
          [p.AcquireLease(token=6)], 0),
     case("fenced-out-mid-transition-does-nothing",
          b.observed(status_=retiring(S.TERMINATING, token=6), pods=(OLD_QUIET,), lease=b.lease_mine(5),
@@ -701,8 +702,8 @@ GUARDS = [
          b.observed(pods=(b.pod(7), b.pod(6, serving=False))),
          [WS({"transition.kind": "Retire", "transition.trigger": "Orphan", "transition.from_": 6,
               "transition.from_uid": "uid-6", "transition.to": None, "current.generation": 7,
-              "Ready": ("True", "GenerationReady"), "Progressing": ("True", "StoppingAdmission")}),
-          *started("Retire")], 0),
+              "Ready": ("False", "MultiplePods"), "Progressing": ("True", "StoppingAdmission")}),
+          *started("Retire"), Ev("Warning", "MultiplePods", "uid-6"), Rec(M.NAME_CONFLICTS, (("kind", "MultiplePods"),))], 0),
     case("inv1-orphan-retire-done-current-stays-ready",
          b.observed(status_=b.in_flight(b.transition(S.AWAITING_POD_GONE, kind=K.RETIRE, trigger=T.ORPHAN, from_=6,
                                                      to=None)),

@@ -15,6 +15,41 @@ if TYPE_CHECKING:
 
 ApiException = k8s_exceptions.ApiException
 
+# Every request is bounded: (connect, read) seconds. Without a read timeout a half-open
+# connection blocks a call forever while the Lease renewer keeps the Lease alive. The read
+# timeout stays well under the shortest Lease duration (3 s minimum is refused; tests use 5).
+CONNECT_TIMEOUT_SECONDS = 3.0
+READ_TIMEOUT_SECONDS = 10.0
+
+
+class _BoundedApiClient(kubernetes.client.ApiClient):
+    """The official client, with a default (connect, read) timeout on every request."""
+
+    def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None,
+                 post_params: Any = None, _request_timeout: Any = None) -> Any:
+        return super().call_api(method, url, header_params, body, post_params,
+                                _request_timeout or (CONNECT_TIMEOUT_SECONDS, READ_TIMEOUT_SECONDS))
+
+
+_API: kubernetes.client.ApiClient | None = None
+_LEASE_API: kubernetes.client.ApiClient | None = None
+
+
+def api_client() -> kubernetes.client.ApiClient:
+    """One shared client (one connection pool, reused: no TLS handshake per call)."""
+    global _API
+    if _API is None:
+        _API = _BoundedApiClient(kubernetes.client.Configuration.get_default_copy())
+    return _API
+
+
+def lease_api_client() -> kubernetes.client.ApiClient:
+    """Lease calls have a connection pool of their own: other work never queues ahead of them."""
+    global _LEASE_API
+    if _LEASE_API is None:
+        _LEASE_API = _BoundedApiClient(kubernetes.client.Configuration.get_default_copy())
+    return _LEASE_API
+
 
 def load_config() -> None:
     """Kubeconfig when KUBECONFIG is set (tests, local runs), else the in-cluster account."""
@@ -30,22 +65,30 @@ def load_config() -> None:
     # Many runtimes act at once; the default pool of 4 connections would serialize them.
     cfg.connection_pool_maxsize = 32
     kubernetes.client.Configuration.set_default(cfg)
+    global _API, _LEASE_API
+    _API = _LEASE_API = None
 
 
 def core() -> kubernetes.client.CoreV1Api:
-    return kubernetes.client.CoreV1Api()
+    return kubernetes.client.CoreV1Api(api_client())
 
 
 def custom() -> kubernetes.client.CustomObjectsApi:
-    return kubernetes.client.CustomObjectsApi()
+    return kubernetes.client.CustomObjectsApi(api_client())
 
 
 def coordination() -> kubernetes.client.CoordinationV1Api:
-    return kubernetes.client.CoordinationV1Api()
+    return kubernetes.client.CoordinationV1Api(lease_api_client())
 
 
 def discovery() -> kubernetes.client.DiscoveryV1Api:
-    return kubernetes.client.DiscoveryV1Api()
+    return kubernetes.client.DiscoveryV1Api(api_client())
+
+
+def owned_by(obj: dict[str, Any], owner_uid: str) -> bool:
+    """The object's controller ownerReference names `owner_uid`."""
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == owner_uid and r.get("controller") for r in refs)
 
 
 # Typing notes on the generated client (it ships py.typed):

@@ -19,24 +19,18 @@ def read_lease(namespace: str, name: str) -> dict[str, Any] | None:
     return client.read_or_none(client.coordination().read_namespaced_lease, name, namespace)
 
 
-def _replace_lease(namespace: str, name: str, lease: dict[str, Any]) -> None:
-    """Write the Lease back; its resourceVersion makes this a compare-and-swap."""
+def _replace_lease(namespace: str, name: str, lease: dict[str, Any]) -> dict[str, Any]:
+    """Write the Lease back; its resourceVersion makes this a compare-and-swap. Returns what
+    the API server stored (with the new resourceVersion, for the next compare-and-swap)."""
     try:
-        client.coordination().replace_namespaced_lease(name, namespace, lease)  # type: ignore[arg-type]
+        resp = client.coordination().replace_namespaced_lease(
+            name, namespace, lease, _preload_content=False)  # type: ignore[arg-type]
     except client.ApiException as exc:
         if client.is_conflict(exc):
             raise LeaseLost("changed concurrently (409 Conflict)") from exc
         raise
-
-
-def _expired(lease: dict[str, Any], now: datetime.datetime) -> bool:
-    spec = lease.get("spec") or {}
-    if not spec.get("holderIdentity"):
-        return True
-    renew = client.parse_time(spec.get("renewTime"))
-    if renew is None:
-        return True
-    return renew + datetime.timedelta(seconds=int(spec.get("leaseDurationSeconds") or 0)) <= now
+    stored: dict[str, Any] = client.json_of(resp)
+    return stored
 
 
 def acquire_lease(
@@ -49,8 +43,11 @@ def acquire_lease(
     token: int,
     duration_seconds: int,
     now: datetime.datetime,
-) -> None:
-    """Take the Lease with `token`, only if it is free, expired or already ours."""
+    observed: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """Take the Lease with `token`, replacing exactly the version the caller `observed` (and
+    judged free: released, or seen unchanged for its duration by the caller's own monotonic
+    clock). If anyone wrote it since, the compare-and-swap fails: LeaseLost. None: create it."""
     stamp = client.micro_time(now)
     spec = {
         "holderIdentity": identity,
@@ -59,8 +56,7 @@ def acquire_lease(
         "renewTime": stamp,
         "leaseTransitions": token,
     }
-    lease = read_lease(namespace, name)
-    if lease is None:
+    if observed is None:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -76,40 +72,60 @@ def acquire_lease(
             "spec": spec,
         }
         try:
-            client.coordination().create_namespaced_lease(namespace, body)  # type: ignore[arg-type]
+            resp = client.coordination().create_namespaced_lease(
+                namespace, body, _preload_content=False)  # type: ignore[arg-type]
         except client.ApiException as exc:
             if client.is_conflict(exc):
                 raise LeaseLost("created concurrently by another holder") from exc
             raise
-        return
-    current = lease.get("spec") or {}
-    if current.get("holderIdentity") not in (None, "", identity) and not _expired(lease, now):
-        raise LeaseLost(f"held by {current.get('holderIdentity')}")
-    if int(current.get("leaseTransitions") or 0) >= token:
+        created: dict[str, Any] = client.json_of(resp)
+        return created
+    if int((observed.get("spec") or {}).get("leaseTransitions") or 0) >= token:
         raise LeaseLost("token already used")
-    lease["spec"] = spec
-    _replace_lease(namespace, name, lease)
+    lease = {**observed, "spec": spec}
+    return _replace_lease(namespace, name, lease)
 
 
-def renew_lease(*, namespace: str, name: str, identity: str, token: int, now: datetime.datetime) -> None:
-    lease = read_lease(namespace, name)
+def _ours(lease: dict[str, Any] | None, identity: str, token: int) -> bool:
     spec = (lease or {}).get("spec") or {}
-    if lease is None or spec.get("holderIdentity") != identity or int(spec.get("leaseTransitions") or 0) != token:
-        raise LeaseLost("no longer ours")
-    spec["renewTime"] = client.micro_time(now)
-    _replace_lease(namespace, name, lease)
+    return spec.get("holderIdentity") == identity and int(spec.get("leaseTransitions") or 0) == token
 
 
-def release_lease(*, namespace: str, name: str, identity: str) -> None:
-    """Clear the holder (keep the token), so the next acquirer needs no wait."""
-    lease = read_lease(namespace, name)
-    spec = (lease or {}).get("spec") or {}
-    if lease is None or spec.get("holderIdentity") != identity:
-        return
-    spec["holderIdentity"] = None
-    spec["renewTime"] = None
-    spec["acquireTime"] = None
-    _replace_lease(namespace, name, lease)
+def renew_lease(
+    *, namespace: str, name: str, identity: str, token: int, now: datetime.datetime, last: dict[str, Any] | None
+) -> dict[str, Any]:
+    """One compare-and-swap on the copy we last wrote (one request, no read); only if someone
+    else wrote meanwhile, read once to tell a conflict we can retry from a lost Lease."""
+    lease = last if last is not None and _ours(last, identity, token) else read_lease(namespace, name)
+    for attempt in (1, 2):
+        if lease is None or not _ours(lease, identity, token):
+            raise LeaseLost("no longer ours")
+        lease["spec"]["renewTime"] = client.micro_time(now)
+        try:
+            return _replace_lease(namespace, name, lease)
+        except LeaseLost:
+            if attempt == 2:
+                raise
+            lease = read_lease(namespace, name)
+    raise LeaseLost("no longer ours")  # pragma: no cover - the loop returns or raises
+
+
+def release_lease(*, namespace: str, name: str, identity: str, last: dict[str, Any] | None = None) -> None:
+    """Clear the holder (keep the token), so the next acquirer needs no wait. Only while the
+    Lease still names us: a Lease someone else took meanwhile is left alone."""
+    lease = last if last is not None else read_lease(namespace, name)
+    for attempt in (1, 2):
+        spec = (lease or {}).get("spec") or {}
+        if lease is None or spec.get("holderIdentity") != identity:
+            return
+        lease["spec"] = {**spec, "holderIdentity": None, "renewTime": None, "acquireTime": None}
+        try:
+            _replace_lease(namespace, name, lease)
+            return
+        except LeaseLost:
+            if attempt == 2:
+                raise
+            lease = read_lease(namespace, name)
 
 
 def delete_lease(namespace: str, name: str) -> None:

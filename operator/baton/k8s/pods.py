@@ -7,18 +7,19 @@ from typing import Any
 from baton.k8s import client
 
 
-def list_runtime_pods(namespace: str, runtime: str, runtime_uid: str) -> list[dict[str, Any]]:
-    """Pods this runtime controls (label and controller ownerReference both match)."""
+def list_labelled_pods(namespace: str, runtime: str) -> list[dict[str, Any]]:
+    """Pods labelled for this runtime, owned or not (the caller tells them apart). Never the
+    evidence that a pod is gone: a label can be edited away; see read_pod."""
     resp = client.core().list_namespaced_pod(
         namespace, label_selector=f"baton.dev/runtime={runtime}", _preload_content=False
     )
     items: list[dict[str, Any]] = client.json_of(resp).get("items", [])
-    owned = []
-    for pod in items:
-        refs = pod.get("metadata", {}).get("ownerReferences") or []
-        if any(r.get("uid") == runtime_uid and r.get("controller") for r in refs):
-            owned.append(pod)
-    return owned
+    return items
+
+
+def read_pod(namespace: str, name: str) -> dict[str, Any] | None:
+    """The authoritative read: a pod is gone only when this GET says 404 (or another UID)."""
+    return client.read_or_none(client.core().read_namespaced_pod, name, namespace)
 
 
 def create_pod(namespace: str, manifest: dict[str, Any]) -> str:

@@ -13,8 +13,19 @@ def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
     return client.read_or_none(client.custom().get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
 
-def patch_runtime_metadata(namespace: str, name: str, patch: dict[str, Any]) -> None:
-    client.custom().patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"metadata": patch})
+def remove_annotation(namespace: str, name: str, key: str, value: str) -> bool:
+    """Remove annotation `key` only if it still holds `value` (a JSON patch `test`), so a newer
+    request written meanwhile is never lost. False when it changed or went already."""
+    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    body = [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
+    try:
+        client.custom().patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, body, _content_type="application/json-patch+json")
+    except client.ApiException as exc:
+        if client.status_of(exc) in (404, 409, 422):  # gone, or the test failed: not ours to remove
+            return False
+        raise
+    return True
 
 
 def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str], resource_version: str) -> None:

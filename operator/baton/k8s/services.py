@@ -11,23 +11,33 @@ def read_service(namespace: str, name: str) -> dict[str, Any] | None:
     return client.read_or_none(client.core().read_namespaced_service, name, namespace)
 
 
-def apply_service(namespace: str, manifest: dict[str, Any]) -> None:
+class NotOwned(Exception):
+    """A Service with the runtime's name exists and the runtime does not own it."""
+
+
+def apply_service(namespace: str, manifest: dict[str, Any], *, uid: str | None) -> None:
+    """Create the Service, or patch the one this runtime owns (`uid`, as observed)."""
     name = manifest["metadata"]["name"]
-    try:
-        client.core().create_namespaced_service(namespace, manifest)  # type: ignore[arg-type]
-        return
-    except client.ApiException as exc:
-        if not client.is_conflict(exc):
+    if uid is None:
+        try:
+            client.core().create_namespaced_service(namespace, manifest)  # type: ignore[arg-type]
+            return
+        except client.ApiException as exc:
+            if client.is_conflict(exc):
+                raise NotOwned(f"Service {namespace}/{name} was created by someone else meanwhile") from exc
             raise
-    patch = {"metadata": {"labels": manifest["metadata"]["labels"]}, "spec": manifest["spec"]}
+    # metadata.uid in the patch: the API server refuses it if the name now holds another object.
+    patch = {"metadata": {"uid": uid, "labels": manifest["metadata"]["labels"]}, "spec": manifest["spec"]}
     client.core().patch_namespaced_service(name, namespace, patch)
 
 
-def delete_service(namespace: str, name: str) -> None:
+def delete_service(namespace: str, name: str, uid: str) -> None:
+    """Delete exactly the Service this runtime owns (UID precondition), never a successor."""
+    body = {"preconditions": {"uid": uid}}
     try:
-        client.core().delete_namespaced_service(name, namespace)
+        client.core().delete_namespaced_service(name, namespace, body=body)  # type: ignore[arg-type]
     except client.ApiException as exc:
-        if not client.is_not_found(exc):
+        if not (client.is_not_found(exc) or client.is_conflict(exc)):
             raise
 
 

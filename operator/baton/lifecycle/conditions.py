@@ -19,16 +19,18 @@ def set_condition(
 ) -> tuple[status.Condition, ...]:
     value = "True" if true else "False"
     reason_text = reason.value if isinstance(reason, status.Reason) else reason
-    old = next((c for c in conditions if c.type == kind), None)
+    old = next((c for c in conditions if c.type == kind.value), None)
     since = old.last_transition_time if old is not None and old.status == value else now
     new = status.Condition(
-        type=kind,
+        type=kind.value,
         status=value,
         reason=reason_text,
         message=message,
         observed_generation=observed_generation,
         last_transition_time=since,
     )
-    others = tuple(c for c in conditions if c.type != kind)
-    order = list(status.ConditionType)
-    return tuple(sorted(others + (new,), key=lambda c: order.index(c.type)))
+    others = tuple(c for c in conditions if c.type != kind.value)
+    # Ours in a fixed order, then other tools' conditions as they were (kept, never dropped).
+    order = [k.value for k in status.ConditionType]
+    ours = sorted((c for c in others + (new,) if c.type in order), key=lambda c: order.index(c.type))
+    return tuple(ours) + tuple(c for c in others if c.type not in order)

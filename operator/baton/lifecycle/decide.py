@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
+import hashlib
 from typing import Callable
 
 from baton.lifecycle import conditions as cond
@@ -27,6 +29,17 @@ MAX_BACKOFF_SECONDS = 300.0
 HISTORY_LIMIT = 10
 # Wake a little after a foreign Lease should have expired, so takeover is prompt.
 LEASE_EXPIRY_SLACK = 0.2
+# How often a runtime blocked by an object it does not own (a foreign pod holding its name)
+# looks again: such objects may carry none of Baton's labels, so no watch event says they went.
+FOREIGN_POLL_SECONDS = 5.0
+# Back-off of a step the API server refused (pod creation): base, cap, and jitter of ±20 %.
+REFUSAL_BACKOFF_BASE_SECONDS = 1.0
+REFUSAL_BACKOFF_CAP_SECONDS = 60.0
+
+
+def _v(value: enum.Enum | str) -> str:
+    """The wire text of a known enum member or of a value this version does not know."""
+    return str(value.value) if isinstance(value, enum.Enum) else str(value)
 
 
 def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
@@ -50,23 +63,30 @@ def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
 def _pending_reset(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan | float | None:
     """A reset that arrives mid-transition waits for it, bounded by lockSeconds.
 
-    Within the bound: seconds left (it is re-checked against the then-current generation once
-    the transition ends). Past it: refused as stale, touching nothing.
+    When it is first seen, the holder persists it with the time (status.pendingReset), so the
+    bound holds across replicas and restarts. Within the bound: seconds left (it is re-checked
+    against the then-current generation once the transition ends). Past it: refused as stale,
+    touching nothing.
     """
     value = o.annotations.get(mf.ANN_RESET)
     if value is None:
         return None
+    pending = o.status.pending_reset
+    if pending is None or pending.value != value:
+        if o.shutting_down and not _held_by_me(o):
+            return None
+        recorded = _base(o, now).model_copy(update={"pending_reset": st.PendingReset(value=value, since=now)})
+        return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(recorded),), 0, "reset seen mid-transition: recorded"))
     budget = float(o.spec.budgets.lock_seconds)
-    since = o.reset_waiting_since or now
-    waited = (now - since).total_seconds()
+    waited = (now - pending.since).total_seconds()
     if waited < budget:
         return budget - waited + 0.05
     return p.Plan(
         (
             p.Event("Warning", R.STALE_RESET.value,
-                    f"reset names generation {value}, but {t.kind.value} {_arrow(t)} was still under way after "
+                    f"reset names generation {value}, but {_v(t.kind)} {_arrow(t)} was still under way after "
                     f"lockSeconds={o.spec.budgets.lock_seconds}: nothing touched"),
-            p.RemoveAnnotation(mf.ANN_RESET),
+            p.RemoveAnnotation(mf.ANN_RESET, value),
             p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
         ),
         0,
@@ -75,11 +95,13 @@ def _pending_reset(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
 
 
 def _in_flight(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
-    if not _transition_needs_lease(o, t):
-        if _held_by_me(o, now):
-            return p.Plan((p.ReleaseLease(),), None, "holding for a person; Lease released")
-        return p.Plan((), None, "cleanup failed; waiting for baton.dev/force-recovery")
-    if o.shutting_down and not _held_by_me(o, now):
+    parked = _parked(o, t, now)
+    if parked is not None:
+        note, wait = parked
+        if _held_by_me(o):
+            return p.Plan((p.ReleaseLease(),), wait, f"{note}; Lease released")
+        return p.Plan((), wait, note)
+    if o.shutting_down and not _held_by_me(o):
         # Do not take the Lease (a new token, a status write) only to hand it back.
         return p.Plan((), None, "shutting down: the transition is left to the next holder")
     return _with_lease(o, now, lambda: _step(o, t, now))
@@ -88,13 +110,15 @@ def _in_flight(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
 # --- the Lease ------------------------------------------------------------------------------
 
 
-def _held_by_me(o: obs.Observed, now: datetime.datetime) -> bool:
-    return o.lease.holder == o.identity and o.lease_held_here and not o.lease.free_at(now)
+def _held_by_me(o: obs.Observed) -> bool:
+    # lease_held_here is the executor's own judgement: renewed in time by the local monotonic
+    # clock, with a safety margin. Timestamps in the Lease are never compared with our clock.
+    return o.lease.holder == o.identity and o.lease_held_here
 
 
 def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Plan]) -> p.Plan:
     lease, status = o.lease, o.status
-    if _held_by_me(o, now):
+    if _held_by_me(o):
         if status.fencing_token > lease.token:
             # Somebody acquired after us and wrote status: we are the stale holder.
             return p.Plan((), 1.0, "fenced out: status carries a newer token")
@@ -108,21 +132,20 @@ def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pl
                         "Normal",
                         R.LEASE_ACQUIRED.value,
                         f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
-                        f"resuming {status.transition.kind.value} at step {status.transition.step.value}",
+                        f"resuming {_v(status.transition.kind)} at step {_v(status.transition.step)}",
                     ),
                 ),
                 0,
                 "write fencing token before resuming",
             )
         return then()
-    if lease.free_at(now) or lease.holder == o.identity:
+    if lease.free() or lease.holder == o.identity:
         # Free, expired, or naming this identity without this process holding it (a restart
         # under the same name): take it with a new token, so older writes stay fenced.
         token = max(lease.token, status.fencing_token) + 1
         return p.Plan((p.AcquireLease(token=token),), 0, f"acquire Lease (token {token})")
     # Held by another process that is still renewing.
-    expiry = lease.expires_at()
-    wait = LEASE_EXPIRY_SLACK + (max(0.0, (expiry - now).total_seconds()) if expiry else 1.0)
+    wait = LEASE_EXPIRY_SLACK + lease.seconds_until_free()
     since = o.lock_wait_since or now
     waited = (now - since).total_seconds()
     budget = o.spec.budgets.lock_seconds
@@ -153,8 +176,12 @@ def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pl
 def _base(o: obs.Observed, now: datetime.datetime) -> st.ToolRuntimeStatus:
     """Status as this holder writes it: its fencing token, identity and observed generation."""
     token = max(o.status.fencing_token, o.lease.token if o.lease.holder == o.identity else 0)
+    pending = o.status.pending_reset
+    if pending is not None and pending.value != o.annotations.get(mf.ANN_RESET):
+        pending = None  # the reset it recorded was consumed or refused
     return o.status.model_copy(
-        update={"fencing_token": token, "holder": o.identity, "observed_generation": o.meta_generation}
+        update={"fencing_token": token, "holder": o.identity, "observed_generation": o.meta_generation,
+                "pending_reset": pending}
     )
 
 
@@ -190,10 +217,15 @@ def _initial_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: date
 
 
 def _step_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.ToolRuntimeStatus:
-    what = f"{t.kind.value} {_arrow(t)} ({t.trigger.value}): {t.step.value}"
-    changes: list[Cond] = [(C.PROGRESSING, True, t.step.value, what)]
-    if t.trigger != st.Trigger.ORPHAN:  # retiring a stray leaves the serving generation Ready
-        changes.append((C.READY, False, t.step.value, what))
+    what = f"{_v(t.kind)} {_arrow(t)} ({_v(t.trigger)}): {_v(t.step)}"
+    if t.message:
+        what += f"; {t.message}"
+    changes: list[Cond] = [(C.PROGRESSING, True, _v(t.step), what)]
+    if t.trigger == st.Trigger.ORPHAN:
+        # A stray beside the serving generation: two pods of one runtime exist until it is gone.
+        changes.append((C.READY, False, R.MULTIPLE_PODS, f"{t.from_pod} (uid {t.from_uid}) is retired first; {what}"))
+    else:
+        changes.append((C.READY, False, _v(t.step), what))
     return _with_conditions(_initial_conditions(status, o, now), o, now, *changes)
 
 
@@ -229,7 +261,7 @@ def _retiring(
     now: datetime.datetime,
     *,
     kind: st.TransitionKind,
-    trigger: st.Trigger,
+    trigger: st.Trigger | str,
     pod: obs.PodInfo | None,
     generation: int | None,
     uid: str | None,
@@ -241,7 +273,7 @@ def _retiring(
         kind=kind,
         trigger=trigger,
         from_=generation,
-        from_pod=pod.name if pod else (mf.pod_name(o.name, generation) if generation else None),
+        from_pod=pod.name if pod else (mf.pod_name(o.name) if generation else None),
         from_uid=uid,
         from_started_at=(pod.created_at if pod else None) or started_at,
         to=to,
@@ -253,6 +285,33 @@ def _retiring(
 
 
 # --- idle: nothing in flight -----------------------------------------------------------------
+
+
+def _squatters(o: obs.Observed) -> list[str]:
+    """Objects holding one of the runtime's names that the runtime does not own."""
+    found = []
+    named = o.pod_by_name(mf.pod_name(o.name))
+    if named is not None and not named.owned:
+        found.append(f"pod {o.namespace}/{named.name} (uid {named.uid})")
+    if o.spec.service is not None and o.service.exists and not o.service.owned:
+        found.append(f"Service {o.namespace}/{o.name}")
+    return found
+
+
+def _foreign_claimants(o: obs.Observed) -> list[obs.PodInfo]:
+    """Pods labelled for this runtime under another name that it does not own (never touched)."""
+    return [pod for pod in o.pods if not pod.owned and pod.labelled and pod.name != mf.pod_name(o.name)]
+
+
+def _name_conflict_message(squatters: list[str]) -> str:
+    return (", ".join(squatters) + " has this runtime's name but is not owned by it: Baton does not "
+            "touch it and starts no generation under that name until it is gone")
+
+
+def _multiple_pods_message(o: obs.Observed, claimants: list[obs.PodInfo]) -> str:
+    names = ", ".join(f"{pod.name} (uid {pod.uid})" for pod in claimants)
+    return (f"pods labelled {mf.LABEL_RUNTIME}={o.name} but not owned by it: {names}; nothing is created "
+            "until only one pod of the runtime remains")
 
 
 def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
@@ -273,13 +332,33 @@ def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
     service_actions = _service_actions(o)
     desired = _steady_status(o, now, current_pod)
     wait = start  # None, or seconds until a back-off ends
+    if _squatters(o) or _foreign_claimants(o):
+        # Such objects may carry none of our labels: no watch event says when they go.
+        wait = FOREIGN_POLL_SECONDS if wait is None else min(wait, FOREIGN_POLL_SECONDS)
     if desired != status and not o.shutting_down:
         # Written under the Lease, so stamped with this holder's token (the API server's fence).
-        stamped = desired.model_copy(update={"fencing_token": _base(o, now).fencing_token, "holder": o.identity})
-        return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *service_actions), 0, "steady status"))
+        stamped = desired.model_copy(update={"fencing_token": _base(o, now).fencing_token, "holder": o.identity,
+                                             "pending_reset": None})
+        warnings = _new_warnings(status, stamped)
+        return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *service_actions, *warnings), 0,
+                                                  "steady status"))
     if o.lease.holder == o.identity:
         return p.Plan((*service_actions, p.ReleaseLease()), wait, "idle: release Lease")
     return p.Plan(service_actions, wait, "idle")
+
+
+def _new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
+    """A Warning event (and a count) when a condition newly reports a conflict: said once."""
+    actions: list[p.Action] = []
+    for kind, reason in ((C.DEGRADED, R.NAME_CONFLICT), (C.READY, R.MULTIPLE_PODS), (C.DEGRADED, R.INVALID_SPEC)):
+        before, after = old.condition(kind), new.condition(kind)
+        if after is not None and after.reason == reason.value and (
+            before is None or before.reason != reason.value or before.message != after.message
+        ):
+            actions.append(p.Event("Warning", reason.value, after.message))
+            if reason != R.INVALID_SPEC:
+                actions.append(p.Record(p.Metric.NAME_CONFLICTS, (("kind", reason.value),)))
+    return tuple(actions)
 
 
 def _park(o: obs.Observed, now: datetime.datetime, note: str) -> p.Plan:
@@ -296,6 +375,7 @@ def _stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Ac
         valid = (
             current is not None
             and current_pod is not None
+            and current_pod.owned
             and not o.spec.suspend
             and not o.deleting
             and reset.strip() == str(current.generation)
@@ -305,7 +385,7 @@ def _stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Ac
             actions += [
                 p.Event("Warning", R.STALE_RESET.value,
                         f"reset names generation {reset!s}, but the current generation is {now_gen}: nothing touched"),
-                p.RemoveAnnotation(mf.ANN_RESET),
+                p.RemoveAnnotation(mf.ANN_RESET, reset),
                 p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
             ]
     force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
@@ -318,7 +398,7 @@ def _stale_force(o: obs.Observed, value: str, why: str) -> list[p.Action]:
     return [
         p.Event("Warning", R.STALE_FORCE_RECOVERY.value,
                 f"force-recovery names generation {value!s}, but {why}: nothing touched"),
-        p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY),
+        p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value),
         p.Record(p.Metric.STALE_VERBS, (("verb", "force-recovery"),)),
     ]
 
@@ -328,14 +408,17 @@ def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | 
     status, current = o.status, o.status.current
     kinds = st.TransitionKind
     trig = st.Trigger
+    owned = o.owned_pods()
     if o.deleting:
-        victim = current_pod or (o.pods[0] if o.pods else None)
+        victim = current_pod if current_pod is not None and current_pod.owned else (owned[0] if owned else None)
         if victim is not None:
             return _retiring(o, now, kind=kinds.DELETE, trigger=trig.DELETED, pod=victim,
                              generation=victim.generation, uid=victim.uid)
         return st.Transition(kind=kinds.DELETE, trigger=trig.DELETED, step=S.FINALIZING,
                              started_at=now, step_started_at=now)
-    strays = [pod for pod in o.pods if current_pod is None or pod.uid != current_pod.uid]
+    if current_pod is not None and not current_pod.owned:
+        return None  # the serving pod was disowned: never touched; Degraded NameConflict says so
+    strays = [pod for pod in owned if current_pod is None or pod.uid != current_pod.uid]
     if strays:
         stray = strays[0]
         return _retiring(o, now, kind=kinds.RETIRE, trigger=trig.ORPHAN, pod=stray,
@@ -345,6 +428,8 @@ def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | 
             return _retiring(o, now, kind=kinds.RETIRE, trigger=trig.SUSPENDED, pod=current_pod,
                              generation=current.generation, uid=current.uid)
         return None
+    if _foreign_claimants(o) or o.spec_error is not None:
+        return None  # nothing new while a foreign pod claims the runtime, or the spec is unreadable
     nxt = _next_generation(o)
     if current is not None:
         lost = current_pod is None or current_pod.phase in ("Failed", "Succeeded") or current_pod.deleting
@@ -361,8 +446,9 @@ def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | 
             return _retiring(o, now, kind=kinds.HANDOFF, trigger=trig.TEMPLATE_CHANGED, pod=current_pod,
                              generation=current.generation, uid=current.uid, to=nxt)
         return None
-    # Nothing serves: start a generation, unless backing off or the config is incomplete.
-    if o.missing_config_refs:
+    # Nothing serves: start a generation, unless backing off, the config is incomplete, or a
+    # foreign pod holds the name (a foreign Service only goes unmanaged: Degraded says so).
+    if o.missing_config_refs or _squatters_for_create(o):
         return None
     if status.retry and status.retry.not_before and now < status.retry.not_before:
         return _remaining(status.retry.not_before, now)
@@ -378,27 +464,38 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     if degraded and degraded.reason == R.LOCK_TIMEOUT.value:
         changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))
     latest = max(status.latest_generation, t.to or 0)
-    status = status.model_copy(update={"transition": t, "latest_generation": latest})
+    update: dict[str, object] = {"transition": t, "latest_generation": latest}
+    if t.trigger == st.Trigger.RESET:
+        update["pending_reset"] = None
+    status = status.model_copy(update=update)
     status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
     actions: list[p.Action] = [
         p.WriteStatus(status),
         # The Service exists before the first generation is Ready (it selects nothing until then).
         *_service_actions(o),
         p.Event("Normal", R.TRANSITION_STARTED.value,
-                f"{t.kind.value} {_arrow(t)} ({t.trigger.value}) by {o.identity}, fencing token {status.fencing_token}"),
-        p.Record(p.Metric.TRANSITIONS, (("kind", t.kind.value),)),
+                f"{_v(t.kind)} {_arrow(t)} ({_v(t.trigger)}) by {o.identity}, fencing token {status.fencing_token}"),
+        p.Record(p.Metric.TRANSITIONS, (("kind", _v(t.kind)),)),
     ]
     if t.trigger == st.Trigger.POD_LOST:
         actions.append(p.Event("Warning", R.POD_LOST.value,
                                f"pod {t.from_pod} of generation {t.from_} is gone or failed; handing off to g{t.to}"))
+    if t.trigger == st.Trigger.ORPHAN:
+        actions += [p.Event("Warning", R.MULTIPLE_PODS.value,
+                            f"pod {t.from_pod} (uid {t.from_uid}) is not the current generation's: retiring it "
+                            "before anything else"),
+                    p.Record(p.Metric.NAME_CONFLICTS, (("kind", R.MULTIPLE_PODS.value),))]
     if t.trigger == st.Trigger.RESET:
-        actions.append(p.RemoveAnnotation(mf.ANN_RESET))
-    return p.Plan(tuple(actions), 0, f"begin {t.kind.value} {_arrow(t)}")
+        actions.append(p.RemoveAnnotation(mf.ANN_RESET, o.annotations.get(mf.ANN_RESET, "")))
+    return p.Plan(tuple(actions), 0, f"begin {_v(t.kind)} {_arrow(t)}")
 
 
 def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
     status = o.status
-    if not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs:
+    squatters = _squatters(o)
+    claimants = _foreign_claimants(o)
+    if (not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs
+            and not squatters and not claimants and o.spec_error is None):
         return status  # the first transition writes the initial conditions
     changes: list[Cond] = [(C.PROGRESSING, False, R.IDLE, "")]
     if o.spec.suspend:
@@ -409,28 +506,43 @@ def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.Pod
     else:
         changes.append((C.SUSPENDED, False, R.ACTIVE, ""))
         current = status.current
-        if current is not None and current_pod is not None:
+        if claimants:
+            changes.append((C.READY, False, R.MULTIPLE_PODS, _multiple_pods_message(o, claimants)))
+        elif current is not None and current_pod is not None and not current_pod.owned:
+            changes.append((C.READY, False, R.NAME_CONFLICT,
+                            f"pod {current_pod.name} of generation {current.generation} is no longer owned by this "
+                            "runtime (its ownerReference was removed)"))
+        elif current is not None and current_pod is not None:
             # The serving pod's readiness, as its kubelet reports it (no handoff: it may recover).
             if current_pod.ready:
                 changes.append((C.READY, True, R.GENERATION_READY, f"generation {current.generation} serves ({current.pod})"))
             else:
                 changes.append((C.READY, False, R.POD_NOT_READY,
                                 f"pod {current.pod} of generation {current.generation} is not Ready"))
+        elif current is None and squatters:
+            changes.append((C.READY, False, R.NAME_CONFLICT, _name_conflict_message(squatters)))
         if status.current is None and status.retry and status.retry.not_before and now < status.retry.not_before:
             changes.append((C.READY, False, R.BACKING_OFF,
-                            f"retrying after a connect failure at {status.retry.not_before.isoformat()}"))
+                            f"retrying after a failed start at {status.retry.not_before.isoformat()}"))
     degraded = status.condition(C.DEGRADED)
-    if o.missing_config_refs:
+    disowned = current_pod is not None and not current_pod.owned
+    if o.spec_error is not None:
+        changes.append((C.DEGRADED, True, R.INVALID_SPEC, f"spec cannot be read: {o.spec_error}"))
+    elif squatters or disowned:
+        what = squatters or [f"pod {o.namespace}/{current_pod.name} (uid {current_pod.uid})" if current_pod else ""]
+        changes.append((C.DEGRADED, True, R.NAME_CONFLICT, _name_conflict_message(what)))
+    elif o.missing_config_refs:
         changes.append((C.DEGRADED, True, R.CONFIG_REF_MISSING,
                         "missing: " + ", ".join(sorted(o.missing_config_refs))))
-    elif o.unreadable_config_refs and not (degraded and degraded.reason == R.CONNECT_TIMEOUT.value
+    elif o.unreadable_config_refs and not (degraded and degraded.reason in (R.CONNECT_TIMEOUT.value, R.POD_REJECTED.value)
                                            and degraded.status == "True"):
         changes.append((C.DEGRADED, True, R.CONFIG_REF_UNREADABLE,
                         "not readable by Baton (see the chart's rbac values), so changes of their data "
                         "start no handoff: " + ", ".join(sorted(o.unreadable_config_refs))))
     else:
-        if degraded and degraded.reason in (R.CONFIG_REF_MISSING.value, R.CONFIG_REF_UNREADABLE.value):
-            changes.append((C.DEGRADED, False, R.HEALTHY, "referenced config present"))
+        if degraded and degraded.reason in (R.CONFIG_REF_MISSING.value, R.CONFIG_REF_UNREADABLE.value,
+                                            R.NAME_CONFLICT.value, R.INVALID_SPEC.value, R.UNKNOWN_STEP.value):
+            changes.append((C.DEGRADED, False, R.HEALTHY, "no conflict, referenced config present, spec readable"))
         elif degraded and degraded.reason == R.LOCK_TIMEOUT.value:
             changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))
     new = _with_conditions(_initial_conditions(status, o, now), o, now, *changes)
@@ -440,6 +552,8 @@ def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.Pod
 
 
 def _service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    if o.service.exists and not o.service.owned:
+        return ()  # someone else's Service with this name: never patched or deleted
     if o.spec.service is None:
         return (p.DeleteService(),) if o.service.exists else ()
     want = mf.build_service(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, service=o.spec.service)
@@ -456,15 +570,36 @@ def _service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
 # --- a transition in flight ------------------------------------------------------------------
 
 
-def _transition_needs_lease(o: obs.Observed, t: st.Transition) -> bool:
-    """A held cleanup failure waits for a person; it needs no Lease until something changes."""
-    if t.step != S.CLEANUP_FAILED:
-        return True
-    if o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE:
-        return True
-    if mf.ANN_FORCE_RECOVERY in o.annotations:
-        return True
-    return o.pod_by_uid(t.from_uid) is None
+def _parked(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> tuple[str, float | None] | None:
+    """(note, wait) when the transition waits on something outside Baton and its status
+    already says so: then it needs no Lease (an idle wait costs no writes)."""
+    if t.step == S.CLEANUP_FAILED:
+        if (o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
+                or mf.ANN_FORCE_RECOVERY in o.annotations or o.pod_by_uid(t.from_uid) is None):
+            return None
+        return "cleanup failed; waiting for baton.dev/force-recovery", None
+    if o.deleting and t.kind != st.TransitionKind.DELETE:
+        return None
+    degraded = o.status.condition(C.DEGRADED)
+    said = (degraded.reason if degraded is not None and degraded.status == "True" else None)
+    old = o.pod_by_uid(t.from_uid) if t.retiring else None
+    if old is not None and not old.owned:
+        return ("retiring pod disowned; waiting for it to go", FOREIGN_POLL_SECONDS) if said == R.NAME_CONFLICT.value else None
+    if t.step == S.CREATING:
+        if _squatters_for_create(o):
+            return ("a foreign object holds the name", FOREIGN_POLL_SECONDS) if said == R.NAME_CONFLICT.value else None
+        if o.spec_error is not None:
+            return ("spec unreadable", None) if said == R.INVALID_SPEC.value else None
+        if t.not_before is not None and now < t.not_before and o.pod_rejected is None:
+            return "pod creation refused; backing off", _remaining(t.not_before, now)
+    return None
+
+
+def _squatters_for_create(o: obs.Observed) -> list[str]:
+    """What stops a pod create: a foreign pod holding the name, or foreign claimants."""
+    named = o.pod_by_name(mf.pod_name(o.name))
+    found = [f"pod {o.namespace}/{named.name} (uid {named.uid})"] if named is not None and not named.owned else []
+    return found + [f"pod {o.namespace}/{pod.name} (uid {pod.uid})" for pod in _foreign_claimants(o)]
 
 
 def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
@@ -476,8 +611,15 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
     if force is not None and t.step != S.CLEANUP_FAILED:
         # Allowed only while CleanupFailed=True for that generation: never kept for later.
-        return p.Plan(tuple(_stale_force(o, force, f"no cleanup failure is pending ({t.step.value})")), 0,
+        return p.Plan(tuple(_stale_force(o, force, f"no cleanup failure is pending ({_v(t.step)})")), 0,
                       "stale force-recovery")
+    if not isinstance(t.step, S):
+        return _unknown_step(o, t, now)
+    ours = o.pod_by_uid(t.from_uid) if t.retiring else (o.pod_by_uid(t.to_uid) if t.step == S.CONNECTING else None)
+    if ours is not None and not ours.owned:
+        # Someone removed our ownerReference: the pod is not ours to relabel or delete any more.
+        return _blocked(o, now, C.DEGRADED, R.NAME_CONFLICT,
+                        _name_conflict_message([f"pod {o.namespace}/{ours.name} (uid {ours.uid})"]), FOREIGN_POLL_SECONDS)
     handler = {
         S.STOPPING_ADMISSION: _stopping_admission,
         S.DRAINING: _draining,
@@ -489,6 +631,40 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
         S.FINALIZING: _finalizing,
     }[t.step]
     return handler(o, t, now)
+
+
+def _blocked(
+    o: obs.Observed, now: datetime.datetime, kind: st.ConditionType, reason: st.Reason, message: str, wait: float | None
+) -> p.Plan:
+    """Say once (condition, Warning event, count) why the transition cannot go on; then wait."""
+    c = o.status.condition(kind)
+    true = kind != C.READY
+    if c is not None and c.status == ("True" if true else "False") and c.reason == reason.value and c.message == message:
+        return p.Plan((), wait, message)
+    status = _with_conditions(_base(o, now), o, now, (kind, true, reason, message))
+    actions: list[p.Action] = [p.WriteStatus(status), p.Event("Warning", reason.value, message)]
+    if reason in (R.NAME_CONFLICT, R.MULTIPLE_PODS):
+        actions.append(p.Record(p.Metric.NAME_CONFLICTS, (("kind", reason.value),)))
+    return p.Plan(tuple(actions), 0, f"blocked: {reason.value}")
+
+
+def _unknown_step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """A step this version does not know (a newer Baton wrote it before a rollback): resume
+    from the last step that is safe to repeat, never skipping the old pod's retirement."""
+    old = o.pod_by_uid(t.from_uid)
+    if old is not None:
+        new_t: st.Transition | None = t.model_copy(update={
+            "step": S.STOPPING_ADMISSION, "step_started_at": now,
+            "deadline": now + _seconds(o.spec.budgets.drain_seconds)})
+    elif t.to:
+        new_t = t.model_copy(update={"step": S.CREATING, "step_started_at": now, "deadline": None})
+    else:
+        new_t = None
+    msg = f"step {_v(t.step)!r} is unknown to this version of Baton; resumed at " + (_v(new_t.step) if new_t else "idle")
+    status = _base(o, now).model_copy(update={"transition": new_t})
+    status = _step_conditions(status, o, now, new_t) if new_t is not None else status
+    status = _with_conditions(status, o, now, (C.DEGRADED, True, R.UNKNOWN_STEP, msg))
+    return p.Plan((p.WriteStatus(status), p.Event("Warning", R.UNKNOWN_STEP.value, msg)), 0, "unknown step")
 
 
 def _advance(
@@ -510,12 +686,12 @@ def _advance(
     return p.Plan(
         (p.WriteStatus(status), _step_timing(t, now), *extra),
         0,
-        f"{t.step.value} -> {step.value}",
+        f"{_v(t.step)} -> {step.value}",
     )
 
 
 def _step_timing(t: st.Transition, now: datetime.datetime) -> p.Record:
-    return p.Record(p.Metric.STEP_DURATION, (("step", t.step.value),),
+    return p.Record(p.Metric.STEP_DURATION, (("step", _v(t.step)),),
                     max(0.0, (now - t.step_started_at).total_seconds()))
 
 
@@ -525,8 +701,8 @@ def _convert_to_delete(o: obs.Observed, t: st.Transition, now: datetime.datetime
     if t.retiring:
         new_t = t.model_copy(update={"kind": kinds.DELETE})
     else:
-        fresh = o.pod_by_uid(t.to_uid) or (o.pod_by_name(mf.pod_name(o.name, t.to)) if t.to else None)
-        if fresh is not None:
+        fresh = o.pod_by_uid(t.to_uid) or (o.pod_by_name(mf.pod_name(o.name)) if t.to else None)
+        if fresh is not None and fresh.owned:
             new_t = _retiring(o, now, kind=kinds.DELETE, trigger=st.Trigger.DELETED, pod=fresh,
                               generation=fresh.generation, uid=fresh.uid)
         else:
@@ -572,8 +748,9 @@ def _draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pl
     if probe is None or o.drain_idle:
         return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline)
     if t.deadline is not None and now >= t.deadline:
+        why = "the drain probe did not answer 200" + (f" (last: {o.drain_probe_error})" if o.drain_probe_error else "")
         return _advance(o, t, now, S.TERMINATING, deadline=cleanup_deadline, drain_incomplete=True,
-                        extra=_drain_incomplete(o, t, "the drain probe did not answer 200"))
+                        message=why, extra=_drain_incomplete(o, t, why))
     return p.Plan((), min(float(probe.period_seconds), _remaining(t.deadline, now)), "draining")
 
 
@@ -603,7 +780,11 @@ def _awaiting_pod_gone(o: obs.Observed, t: st.Transition, now: datetime.datetime
             f"pod {old.name} (uid {old.uid}) still exists {o.spec.budgets.cleanup_seconds}s after its delete"
             + (f"; finalizers: {', '.join(old.finalizers)}" if old.finalizers else ""),
         )
-    return p.Plan((), _remaining(t.deadline, now), "awaiting pod gone")
+    wait = _remaining(t.deadline, now)
+    if not old.labelled:
+        # Its labels were edited away: no watch event of ours says when it goes. Look again.
+        wait = min(wait, 1.0)
+    return p.Plan((), wait, "awaiting pod gone")
 
 
 def _cleanup_failure(
@@ -652,7 +833,7 @@ def _cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -
             p.Record(p.Metric.FORCE_RECOVERIES),
         ]
         if value is not None:
-            extra.append(p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY))
+            extra.append(p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value))
         return _advance(
             o, t, now, S.AWAITING_POD_GONE,
             deadline=now + _seconds(o.spec.budgets.cleanup_seconds),
@@ -670,12 +851,13 @@ def _outcome(o: obs.Observed, t: st.Transition) -> st.Outcome:
         return st.Outcome.FORCE_RECOVERED
     if o.deleting or t.kind == st.TransitionKind.DELETE:
         return st.Outcome.DELETED
-    return {
+    outcomes: dict[st.Trigger | str, st.Outcome] = {
         st.Trigger.RESET: st.Outcome.RESET,
         st.Trigger.POD_LOST: st.Outcome.LOST,
         st.Trigger.CONNECT_TIMEOUT: st.Outcome.CONNECT_TIMEOUT,
         st.Trigger.SUSPENDED: st.Outcome.SUSPENDED,
-    }.get(t.trigger, st.Outcome.RETIRED)
+    }
+    return outcomes.get(t.trigger, st.Outcome.RETIRED)
 
 
 def backoff_seconds(attempt: int, base: float) -> float:
@@ -740,13 +922,29 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
     return p.Plan((p.WriteStatus(status), *actions), 0, f"g{t.from_} confirmed gone ({outcome.value})")
 
 
+def refusal_backoff_seconds(*, attempt: int, seed: str) -> float:
+    """Exponential back-off with ±20 % jitter, derived from `seed` so decide() stays pure and
+    replicas agree: runtimes refused together (a quota) do not retry in lockstep."""
+    base = min(REFUSAL_BACKOFF_CAP_SECONDS, REFUSAL_BACKOFF_BASE_SECONDS * 2 ** max(0, attempt - 1))
+    digest = hashlib.sha256(f"{seed}/{attempt}".encode()).digest()
+    return float(base * (0.8 + 0.4 * digest[0] / 255))
+
+
 def _creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     kinds = st.TransitionKind
     to = t.to or _next_generation(o)
-    name = mf.pod_name(o.name, to)
-    # Invariant 1: never create while any other pod of this runtime still stands.
-    others = [pod for pod in o.pods if pod.name != name]
-    mine = o.pod_by_name(name)
+    name = mf.pod_name(o.name)
+    named = o.pod_by_name(name)
+    if named is not None and not named.owned:
+        return _blocked(o, now, C.DEGRADED, R.NAME_CONFLICT,
+                        _name_conflict_message([f"pod {o.namespace}/{named.name} (uid {named.uid})"]), FOREIGN_POLL_SECONDS)
+    claimants = _foreign_claimants(o)
+    if claimants:
+        return _blocked(o, now, C.DEGRADED, R.NAME_CONFLICT, _multiple_pods_message(o, claimants), FOREIGN_POLL_SECONDS)
+    # Invariant 1: never create while any other pod of this runtime still stands. The API
+    # server enforces it too: every generation's pod has the runtime's name.
+    others = [pod for pod in o.owned_pods() if pod.name != name]
+    mine = named
     if mine is not None and mine.generation != to:
         others.append(mine)
         mine = None
@@ -755,7 +953,7 @@ def _creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pl
         new_t = _retiring(o, now, kind=kinds.HANDOFF, trigger=t.trigger, pod=stray,
                           generation=stray.generation, uid=stray.uid, to=to)
         status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
-        return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} still stands: retire it first")
+        return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} (uid {stray.uid}) still stands: retire it first")
     if mine is None and (o.spec.suspend or o.missing_config_refs):
         # Suspended or config incomplete before the pod existed: start nothing, give the number up.
         status = _base(o, now).model_copy(update={"transition": None})
@@ -764,12 +962,46 @@ def _creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pl
         return p.Plan((p.WriteStatus(status),), 0, "nothing to create")
     if mine is not None:
         return _advance(o, t, now, S.CONNECTING, deadline=now + _seconds(o.spec.budgets.connect_seconds),
-                        to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash)
+                        to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash,
+                        attempt=None, not_before=None, message=None)
+    if o.spec_error is not None:
+        return _blocked(o, now, C.DEGRADED, R.INVALID_SPEC, f"spec cannot be read: {o.spec_error}", None)
+    # Creating is bounded by connectSeconds too: refusals back off inside it, then give up.
+    deadline = t.step_started_at + _seconds(o.spec.budgets.connect_seconds)
+    if o.pod_rejected is not None:
+        return _pod_rejected(o, t, now, to=to, deadline=deadline)
+    if t.not_before is not None and now < t.not_before:
+        return p.Plan((), _remaining(t.not_before, now), "backing off after a refused create")
     manifest = mf.build_pod(
         namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, template=o.spec.template,
         generation=to, fencing_token=o.status.fencing_token, template_hash=o.desired_hash,
     )
-    return p.Plan((p.CreatePod(manifest),), 0 if o.last_error is None else 1.0, f"create {name}")
+    return p.Plan((p.CreatePod(manifest),), 0 if o.last_error is None else 1.0, f"create {name} (g{to})")
+
+
+def _pod_rejected(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, to: int, deadline: datetime.datetime) -> p.Plan:
+    """The API server refused the pod (no image, PodSecurity, quota...): say so, quoting it,
+    and back off with the Lease released; past connectSeconds, end like a connect timeout."""
+    attempt = (t.attempt or 0) + 1
+    msg = f"the API server refused pod {mf.pod_name(o.name)} of generation {to} (attempt {attempt}): {o.pod_rejected}"
+    rejected: list[p.Action] = [p.Event("Warning", R.POD_REJECTED.value, msg), p.Record(p.Metric.POD_REJECTIONS)]
+    if now >= deadline:
+        retry_attempt = (o.status.retry.attempt if o.status.retry else 0) + 1
+        wait = backoff_seconds(retry_attempt, o.backoff_base_seconds)
+        why = f"{msg}; gave up after connectSeconds={o.spec.budgets.connect_seconds}, next try in {wait:.0f}s"
+        status = _base(o, now).model_copy(update={
+            "transition": None, "retry": st.Retry(attempt=retry_attempt, not_before=now + _seconds(wait))})
+        status = _with_conditions(_initial_conditions(status, o, now), o, now,
+                                  (C.DEGRADED, True, R.POD_REJECTED, why),
+                                  (C.READY, False, R.POD_REJECTED, why),
+                                  (C.PROGRESSING, False, R.IDLE, ""))
+        return p.Plan((p.WriteStatus(status), _step_timing(t, now), *rejected, p.Record(p.Metric.CONNECT_TIMEOUTS),
+                       p.ReleaseLease()), 0, "pod rejected past connectSeconds")
+    not_before = min(deadline, now + _seconds(refusal_backoff_seconds(attempt=attempt, seed=o.uid)))
+    new_t = t.model_copy(update={"to": to, "attempt": attempt, "not_before": not_before, "message": msg})
+    status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
+    status = _with_conditions(status, o, now, (C.DEGRADED, True, R.POD_REJECTED, msg))
+    return p.Plan((p.WriteStatus(status), *rejected, p.ReleaseLease()), _remaining(not_before, now), "pod rejected: back off")
 
 
 def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
@@ -786,7 +1018,7 @@ def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
         else:
             new_t = t.model_copy(update={"to": nxt, "to_uid": None, "step": S.CREATING,
                                          "step_started_at": now, "deadline": None})
-            history = (o.status.history + (st.HistoryEntry(generation=to, pod=mf.pod_name(o.name, to), uid=t.to_uid,
+            history = (o.status.history + (st.HistoryEntry(generation=to, pod=mf.pod_name(o.name), uid=t.to_uid,
                                                            retired_at=now, outcome=st.Outcome.LOST),))[-HISTORY_LIMIT:]
         status = _base(o, now).model_copy(update={"transition": new_t, "history": history,
                                                   "latest_generation": max(o.status.latest_generation, nxt)})
@@ -833,14 +1065,14 @@ def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
 
 
 def _finalizing(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
-    if o.pods:
-        stray = o.pods[0]
+    if o.owned_pods():
+        stray = o.owned_pods()[0]
         new_t = _retiring(o, now, kind=st.TransitionKind.DELETE, trigger=st.Trigger.DELETED, pod=stray,
                           generation=stray.generation, uid=stray.uid)
         status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
         return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} still stands: retire it first")
     actions: list[p.Action] = []
-    if o.service.exists:
+    if o.service.exists and o.service.owned:
         actions.append(p.DeleteService())
     actions += [p.DeleteLease(), p.RemoveFinalizer()]
     return p.Plan(tuple(actions), None, "nothing left: remove Service, Lease, finalizer")

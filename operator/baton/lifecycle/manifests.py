@@ -23,8 +23,10 @@ ANN_RESET = "baton.dev/reset"
 ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
 
 
-def pod_name(runtime: str, generation: int) -> str:
-    return f"{runtime}-g{generation}"
+def pod_name(runtime: str) -> str:
+    """Every generation's pod has the runtime's name: the API server's name uniqueness then
+    refuses a second pod of a runtime while any earlier one exists, whoever sends the create."""
+    return runtime
 
 
 def lease_name(runtime: str) -> str:
@@ -76,7 +78,7 @@ def build_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(runtime, generation),
+            "name": pod_name(runtime),
             "namespace": namespace,
             "labels": labels,
             "annotations": annotations,

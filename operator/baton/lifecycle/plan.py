@@ -22,6 +22,8 @@ class Metric(str, enum.Enum):
     LOCK_TIMEOUTS = "lock_timeouts"
     STEP_DURATION = "step_duration"  # labels: step; value: seconds
     TRANSITIONS = "transitions"  # labels: kind
+    POD_REJECTIONS = "pod_rejections"
+    NAME_CONFLICTS = "name_conflicts"  # labels: kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +38,11 @@ class RemoveFinalizer:
 
 @dataclasses.dataclass(frozen=True)
 class RemoveAnnotation:
+    """Remove a verb annotation only if it still holds `value` (the one acted on): a newer
+    request written meanwhile is never lost."""
+
     key: str
+    value: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +138,10 @@ Action = Union[
     ForceDeletePod,
 ]
 
-# Actions that change pods: the executor refuses them unless this process holds the Lease.
+# Actions that change pods: the executor refuses them unless this process holds the Lease, fresh
+# (renewed within its duration minus a safety margin, by the local monotonic clock). Status
+# writes of a holder are held to the same rule; a non-holder's (LockTimeout) carry the
+# resourceVersion it read, so they never overwrite the holder's.
 FENCED = (CreatePod, SetServing, DeletePod, ForceDeletePod)
 
 

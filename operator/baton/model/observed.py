@@ -24,32 +24,37 @@ class PodInfo(base.Model):
     created_at: datetime.datetime | None = None
     ip: str | None = None
     template_hash: str | None = None  # annotation baton.dev/template-hash
+    # Controller ownerReference names this runtime's UID. Baton acts only on pods it owns: a
+    # pod that merely has the runtime's name or labels is never patched, adopted or deleted.
+    owned: bool = True
+    labelled: bool = True  # carries baton.dev/runtime=<this runtime>
 
 
 class LeaseInfo(base.Model):
     exists: bool = False
     holder: str | None = None
-    renew_time: datetime.datetime | None = None
+    renew_time: datetime.datetime | None = None  # the holder's clock: shown, never compared
     duration_seconds: int = 15
     token: int = 0
+    # How long this process has seen the Lease unchanged (same resourceVersion), by its own
+    # monotonic clock. Expiry is judged from this, never from renewTime: another machine's
+    # timestamp compared with our wall clock breaks as soon as the clocks drift.
+    unchanged_seconds: float = 0.0
 
-    def expires_at(self) -> datetime.datetime | None:
-        if self.renew_time is None:
-            return None
-        return self.renew_time + datetime.timedelta(seconds=self.duration_seconds)
-
-    def free_at(self, now: datetime.datetime) -> bool:
+    def free(self) -> bool:
         """Nobody holds it: never taken, released, or its holder stopped renewing."""
-        if not self.holder:
-            return True
-        expiry = self.expires_at()
-        return expiry is None or expiry <= now
+        return not self.holder or self.unchanged_seconds >= self.duration_seconds
+
+    def seconds_until_free(self) -> float:
+        return 0.0 if self.free() else self.duration_seconds - self.unchanged_seconds
 
 
 class ServiceInfo(base.Model):
     """The parts of the runtime's Service that Baton owns."""
 
     exists: bool = False
+    owned: bool = True  # controller ownerReference to this runtime; a foreign one is never touched
+    uid: str | None = None
     selector: dict[str, str] = pydantic.Field(default_factory=dict)
     ports: tuple[spec.ServicePort, ...] = ()
     session_affinity: str | None = None
@@ -73,8 +78,9 @@ class Observed(base.Model):
     service: ServiceInfo = pydantic.Field(default_factory=ServiceInfo)
     # Only read while stopping admission: does any EndpointSlice still list the old pod ready?
     endpoints_list_retiring_pod: bool | None = None
-    # Only read while draining: did the drain probe answer 200?
+    # Only read while draining, by the Lease holder: did the drain probe answer 200?
     drain_idle: bool | None = None
+    drain_probe_error: str | None = None  # why the last probe did not count as idle
     # Referenced ConfigMaps/Secrets that do not exist (names only, never data).
     missing_config_refs: tuple[str, ...] = ()
     # Referenced objects Baton may not read (RBAC): they block nothing, but their data is not hashed.
@@ -86,8 +92,12 @@ class Observed(base.Model):
     # and still not be held here: a container restarted under the same pod name.
     lease_held_here: bool = False
     lock_wait_since: datetime.datetime | None = None  # when this process began waiting for the Lease
-    reset_waiting_since: datetime.datetime | None = None  # when this process first saw a pending reset
     last_error: str | None = None  # the last action of this runtime that failed, if any
+    # The API server refused the last pod create (4xx other than AlreadyExists): its message.
+    pod_rejected: str | None = None
+    # The spec could not be read (a malformed field the CRD let through); `spec` then holds
+    # the defaults, enough to retire and delete safely.
+    spec_error: str | None = None
     shutting_down: bool = False
     backoff_base_seconds: float = 5.0
 
@@ -96,6 +106,9 @@ class Observed(base.Model):
             if uid is not None and p.uid == uid:
                 return p
         return None
+
+    def owned_pods(self) -> tuple[PodInfo, ...]:
+        return tuple(p for p in self.pods if p.owned)
 
     def pod_by_name(self, name: str) -> PodInfo | None:
         for p in self.pods:

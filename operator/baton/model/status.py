@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+from typing import Annotated, Union
 
 import pydantic
 
@@ -11,6 +12,8 @@ from baton.model import base
 
 
 class ConditionType(str, enum.Enum):
+    """The condition types this version writes. Others (another tool's) are kept as they are."""
+
     READY = "Ready"
     PROGRESSING = "Progressing"
     CLEANUP_FAILED = "CleanupFailed"
@@ -46,6 +49,12 @@ class Reason(str, enum.Enum):
     DELETING = "Deleting"
     CONFIG_REF_MISSING = "ConfigRefMissing"
     CONFIG_REF_UNREADABLE = "ConfigRefUnreadable"
+    POD_REJECTED = "PodRejected"
+    NAME_CONFLICT = "NameConflict"
+    MULTIPLE_PODS = "MultiplePods"
+    INVALID_SPEC = "InvalidSpec"
+    UNKNOWN_STEP = "UnknownStep"
+    SERVICE_ERROR = "ServiceError"
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
@@ -100,10 +109,19 @@ class Outcome(str, enum.Enum):
     LOST = "Lost"
 
 
+# A known value parses as its enum member, anything else stays a plain string (left to right).
+StepValue = Annotated[Union[Step, str], pydantic.Field(union_mode="left_to_right")]
+KindValue = Annotated[Union[TransitionKind, str], pydantic.Field(union_mode="left_to_right")]
+TriggerValue = Annotated[Union[Trigger, str], pydantic.Field(union_mode="left_to_right")]
+OutcomeValue = Annotated[Union[Outcome, str], pydantic.Field(union_mode="left_to_right")]
+ReasonValue = Annotated[Union[Reason, str], pydantic.Field(union_mode="left_to_right")]
+
+
 class Condition(base.Model):
-    type: ConditionType
+    # A plain string: conditions of types this version does not know are kept verbatim.
+    type: str
     status: str
-    reason: str
+    reason: str = ""
     message: str = ""
     observed_generation: int | None = None
     last_transition_time: datetime.datetime | None = None
@@ -119,8 +137,10 @@ class Current(base.Model):
 
 
 class Transition(base.Model):
-    kind: TransitionKind
-    trigger: Trigger
+    # Values this version does not know (written by a newer Baton before a rollback) parse as
+    # plain strings: observation never fails on them, and decide() treats them conservatively.
+    kind: KindValue
+    trigger: TriggerValue
     # Wire name "from" (a Python keyword). No plain `alias`: mypy (without the pydantic plugin)
     # would then require `from=` in the constructor, which cannot be spelled.
     from_: int | None = pydantic.Field(
@@ -132,13 +152,15 @@ class Transition(base.Model):
     to: int | None = None
     to_uid: str | None = None
     template_hash: str | None = None
-    step: Step
+    step: StepValue
     started_at: datetime.datetime
     step_started_at: datetime.datetime
     deadline: datetime.datetime | None = None
     drain_incomplete: bool = False
     forced: bool = False
     message: str | None = None
+    attempt: int | None = None  # refusals of this step by the API server (pod creation)
+    not_before: datetime.datetime | None = None  # back-off: the step is not retried before
 
     @property
     def retiring(self) -> bool:
@@ -155,7 +177,7 @@ class CleanupFailure(base.Model):
     generation: int
     pod: str
     uid: str
-    reason: Reason
+    reason: ReasonValue
     message: str
     at: datetime.datetime
 
@@ -172,8 +194,15 @@ class HistoryEntry(base.Model):
     template_hash: str | None = None
     started_at: datetime.datetime | None = None
     retired_at: datetime.datetime | None = None
-    outcome: Outcome
+    outcome: OutcomeValue
     message: str | None = None
+
+
+class PendingReset(base.Model):
+    """A reset seen mid-transition: persisted, so its wait is bounded across replicas."""
+
+    value: str
+    since: datetime.datetime
 
 
 class ToolRuntimeStatus(base.Model):
@@ -185,11 +214,12 @@ class ToolRuntimeStatus(base.Model):
     transition: Transition | None = None
     last_cleanup_failure: CleanupFailure | None = None
     retry: Retry | None = None
+    pending_reset: PendingReset | None = None
     history: tuple[HistoryEntry, ...] = ()
     conditions: tuple[Condition, ...] = ()
 
     def condition(self, kind: ConditionType) -> Condition | None:
         for c in self.conditions:
-            if c.type == kind:
+            if c.type == kind.value:
                 return c
         return None
