@@ -75,6 +75,18 @@ PASSES_THROTTLED = prometheus_client.Counter(
     "baton_passes_throttled_total",
     "Passes of a runtime delayed by its rate limit (a loop that would otherwise spin).", registry=REGISTRY,
 )
+API_REQUESTS = prometheus_client.Counter(
+    "baton_api_requests_total", "Requests to the API server, by client (work or leases), verb, resource and code.",
+    ["client", "verb", "resource", "code"], registry=REGISTRY,
+)
+API_LATENCY = prometheus_client.Histogram(
+    "baton_api_request_duration_seconds", "Latency of API requests, by client, verb and resource.",
+    ["client", "verb", "resource"], buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+CACHE_OBJECTS = prometheus_client.Gauge(
+    "baton_cache_objects", "Objects held in the watch-fed caches, by kind.", ["kind"], registry=REGISTRY,
+)
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )

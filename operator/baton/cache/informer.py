@@ -1,0 +1,96 @@
+"""List, then watch, one kind of object into a Store; selected on the server. Does I/O (through
+``baton.k8s.api``).
+
+Relists on 410 Gone (the watch fell too far behind) and after errors, with back-off; bookmarks
+keep the resume point fresh so restarts rarely need a relist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+
+from baton import metrics
+from baton.cache import store as st
+from baton.k8s import api as k8s_api
+
+log = logging.getLogger("baton.cache")
+
+
+class Informer:
+    def __init__(
+        self,
+        api: k8s_api.Api,
+        *,
+        kind: str,
+        group_version: str,
+        plural: str,
+        namespace: str | None,
+        store: st.Store,
+        label_selector: str | None = None,
+        watch_timeout_seconds: int = 300,
+    ) -> None:
+        self.api, self.kind, self.store = api, kind, store
+        self.path = k8s_api.path(group_version, plural, namespace)
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.synced = asyncio.Event()
+        self.forbidden: str | None = None  # RBAC says no: reported, retried slowly
+
+    async def run(self) -> None:
+        failures = 0
+        rv: str | None = None
+        while True:
+            try:
+                if rv is None:
+                    items, rv = await self.api.list(self.path, label_selector=self.label_selector)
+                    for item in items:
+                        item.setdefault("metadata", {}).setdefault("namespace", self.namespace or "")
+                    self.store.replace(self.namespace, items)
+                    metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
+                    self.synced.set()
+                    self.forbidden = None
+                async for event in self.api.watch(self.path, resource_version=rv, label_selector=self.label_selector,
+                                                  timeout_seconds=self.watch_timeout_seconds):
+                    rv = self._handle(event) or rv
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except k8s_api.ApiError as exc:
+                if exc.status == 410:
+                    rv = None  # too old: list again
+                    continue
+                if exc.status == 403:
+                    self.forbidden = str(exc)
+                failures += 1
+                rv = None
+                await self._pause(failures, exc)
+            except Exception as exc:  # a dropped stream, a timeout: resume from rv
+                failures += 1
+                await self._pause(failures, exc)
+
+    def _handle(self, event: dict[str, object]) -> str | None:
+        kind = event.get("type")
+        obj = event.get("object")
+        if not isinstance(obj, dict):
+            return None
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "") or None
+        if kind == "BOOKMARK":
+            return rv
+        if kind == "ERROR":
+            code = int(obj.get("code") or 0)
+            raise k8s_api.ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""))
+        if kind in ("ADDED", "MODIFIED"):
+            self.store.apply(obj)
+        elif kind == "DELETED":
+            self.store.delete(obj)
+        metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
+        return rv
+
+    async def _pause(self, failures: int, exc: BaseException) -> None:
+        delay = min(30.0, 0.5 * 2 ** min(failures, 6)) * random.uniform(0.8, 1.2)
+        log.warning("watch of %s (%s) failed: %s; again in %.1fs", self.kind, self.namespace or "all namespaces",
+                    str(exc)[:300], delay)
+        await asyncio.sleep(delay)

@@ -1,0 +1,112 @@
+"""A store of one kind of object, keyed by (namespace, name), indexed by the runtime label.
+
+No I/O. Informers and the executor feed it; `apply` keeps the newest version of each object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+# (old or None, new or None): what changed; new None means deleted.
+Listener = Callable[[Obj | None, Obj | None], None]
+
+RUNTIME_LABEL = "baton.dev/runtime"
+
+
+def rv_of(obj: Obj | None) -> int:
+    try:
+        return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+def key_of(obj: Obj) -> Key:
+    meta = obj.get("metadata") or {}
+    return (str(meta.get("namespace") or ""), str(meta["name"]))
+
+
+class Store:
+    def __init__(self, *, index_label: str | None = RUNTIME_LABEL, transform: Callable[[Obj], Obj] | None = None) -> None:
+        self._objects: dict[Key, Obj] = {}
+        self._index_label = index_label
+        self._index: dict[Key, set[str]] = {}
+        self._transform = transform
+        self.listeners: list[Listener] = []
+        # Deleted objects' last resourceVersions: a late reply to an older write does not bring
+        # a deleted object back.
+        self._deleted_rv: dict[Key, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+    def get(self, namespace: str, name: str) -> Obj | None:
+        return self._objects.get((namespace, name))
+
+    def items(self) -> Iterable[Obj]:
+        return self._objects.values()
+
+    def by_label(self, namespace: str, value: str) -> list[Obj]:
+        return [self._objects[(namespace, n)] for n in sorted(self._index.get((namespace, value), ()))
+                if (namespace, n) in self._objects]
+
+    def _label(self, obj: Obj | None) -> str | None:
+        if obj is None or self._index_label is None:
+            return None
+        return ((obj.get("metadata") or {}).get("labels") or {}).get(self._index_label)
+
+    def _reindex(self, key: Key, old: Obj | None, new: Obj | None) -> None:
+        before, after = self._label(old), self._label(new)
+        if before == after:
+            return
+        if before is not None:
+            names = self._index.get((key[0], before))
+            if names is not None:
+                names.discard(key[1])
+                if not names:
+                    del self._index[(key[0], before)]
+        if after is not None:
+            self._index.setdefault((key[0], after), set()).add(key[1])
+
+    def apply(self, obj: Obj) -> bool:
+        """Keep `obj` if it is newer than what is stored; True if it changed the view."""
+        if self._transform is not None:
+            obj = self._transform(obj)
+        key = key_of(obj)
+        old = self._objects.get(key)
+        rv = rv_of(obj)
+        if old is not None and rv_of(old) >= rv:
+            return False
+        if old is None and self._deleted_rv.get(key, -1) >= rv:
+            return False
+        self._deleted_rv.pop(key, None)
+        self._objects[key] = obj
+        self._reindex(key, old, obj)
+        for listener in self.listeners:
+            listener(old, obj)
+        return True
+
+    def delete(self, obj: Obj) -> bool:
+        key = key_of(obj)
+        old = self._objects.get(key)
+        if old is None:
+            return False
+        uid = (obj.get("metadata") or {}).get("uid")
+        if uid and (old.get("metadata") or {}).get("uid") not in (None, uid):
+            return False  # an older object of that name; the stored one is newer
+        del self._objects[key]
+        self._deleted_rv[key] = max(rv_of(obj), rv_of(old))
+        self._reindex(key, old, None)
+        for listener in self.listeners:
+            listener(old, None)
+        return True
+
+    def replace(self, namespace: str | None, objs: list[Obj]) -> None:
+        """A fresh list (of one namespace, or all): apply it, and delete what it no longer has."""
+        seen = {key_of(o if self._transform is None else self._transform(o)) for o in objs}
+        for key, old in list(self._objects.items()):
+            if (namespace is None or key[0] == namespace) and key not in seen:
+                self.delete(old)
+        for obj in objs:
+            self.apply(obj)

@@ -1,0 +1,201 @@
+"""An async client of the Kubernetes API on aiohttp: plain JSON in and out, every request bounded.
+
+Why not the official client here: it is synchronous (one thread per call in flight: the old
+execution layer shared a 32-thread pool between reads, writes, renewals and probes, and 1000
+runtimes livelocked), and it builds model objects Baton never uses. Why not
+kubernetes_asyncio or lightkube: both would add a dependency for what is, for Baton, a dozen
+paths; kopf already brings aiohttp. Credentials come from the official client's loaders
+(kubeconfig, in-cluster account), so Baton accepts exactly the configurations kubectl does.
+
+Two instances run side by side: one for the work, one (a connection pool of its own) for Lease
+renewals, so no queue of other requests can delay a renewal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from typing import Any, AsyncIterator, Mapping
+from urllib.parse import quote, urlencode
+
+import aiohttp
+import kubernetes
+
+from baton import metrics
+
+# (connect, read) seconds for ordinary requests: a half-open connection can block nothing for
+# longer. The read bound stays well under the shortest Lease duration a holder acts within.
+CONNECT_TIMEOUT_SECONDS = 3.0
+READ_TIMEOUT_SECONDS = 10.0
+# Re-read the bearer token (rotated service-account tokens, exec plugins) at most this often.
+TOKEN_REFRESH_SECONDS = 60.0
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}"[:500])
+        self.status, self.reason, self.message = status, reason, message
+
+
+def is_status(exc: BaseException, *codes: int) -> bool:
+    return isinstance(exc, ApiError) and exc.status in codes
+
+
+def _resource_of(path: str) -> str:
+    """`/api/v1/namespaces/ns/pods/x/status` -> `pods/status` (a bounded label value)."""
+    parts = [p for p in path.split("?")[0].split("/") if p]
+    if "namespaces" in parts:
+        i = parts.index("namespaces")
+        rest = parts[i + 2:]
+    elif parts[:1] == ["api"]:
+        rest = parts[2:]
+    else:
+        rest = parts[3:]
+    if not rest:
+        return "namespaces" if "namespaces" in parts else "unknown"
+    return rest[0] + ("/" + rest[2] if len(rest) > 2 else "")
+
+
+class Api:
+    """One connection pool to the API server. Create it inside the running event loop."""
+
+    def __init__(self, cfg: kubernetes.client.Configuration, *, name: str, pool_size: int = 32) -> None:
+        self._cfg = cfg
+        self.name = name
+        self.host = cfg.host.rstrip("/")
+        ssl_ctx: ssl.SSLContext | bool = False
+        if self.host.startswith("https"):
+            ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else ssl._create_unverified_context()
+            if cfg.cert_file and cfg.key_file:
+                ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+            ssl_ctx = ctx
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=pool_size, ssl=ssl_ctx, keepalive_timeout=60),
+            timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_SECONDS,
+                                          sock_read=READ_TIMEOUT_SECONDS),
+            json_serialize=json.dumps,
+        )
+        self._auth: str | None = None
+        self._auth_at = -1e9
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+        now = time.monotonic()
+        if now - self._auth_at > TOKEN_REFRESH_SECONDS:
+            # Runs the official loaders' refresh hook (in-cluster token file, exec plugins).
+            self._auth = self._cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
+            self._auth_at = now
+        headers = {"Accept": "application/json", "User-Agent": "baton"}
+        if self._auth:
+            headers["Authorization"] = self._auth
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> Any:
+        """The decoded JSON body; ApiError for any non-2xx answer."""
+        url = self.host + path + ("?" + urlencode(query) if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        resource = _resource_of(path)
+        t0 = time.monotonic()
+        code = "error"
+        try:
+            async with self._session.request(
+                method, url, data=data, headers=self._headers(content_type if data is not None else None),
+                timeout=aiohttp.ClientTimeout(total=timeout or CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS,
+                                              connect=CONNECT_TIMEOUT_SECONDS, sock_read=READ_TIMEOUT_SECONDS),
+            ) as resp:
+                code = str(resp.status)
+                raw = await resp.read()
+                if resp.status >= 300:
+                    raise _error(resp.status, resp.reason or "", raw)
+                return json.loads(raw) if raw else None
+        except asyncio.TimeoutError:
+            code = "timeout"
+            raise
+        finally:
+            metrics.API_REQUESTS.labels(client=self.name, verb=method, resource=resource, code=code).inc()
+            metrics.API_LATENCY.labels(client=self.name, verb=method, resource=resource).observe(time.monotonic() - t0)
+
+    async def get_or_none(self, path: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = await self.request("GET", path)
+            return obj
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+                   limit: int = 500) -> tuple[list[dict[str, Any]], str]:
+        """Every item (paged), and the list's resourceVersion to watch from."""
+        items: list[dict[str, Any]] = []
+        query: dict[str, Any] = {"limit": limit}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        while True:
+            page = await self.request("GET", path, query=query, timeout=60)
+            items += page.get("items") or []
+            cont = (page.get("metadata") or {}).get("continue")
+            if not cont:
+                return items, str((page.get("metadata") or {}).get("resourceVersion") or "")
+            query["continue"] = cont
+
+    async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
+                    field_selector: str | None = None, timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
+        """Watch events ({type, object}) from `resource_version`, with bookmarks; ends when the
+        server closes the stream (timeout_seconds) or the client gives up on silence."""
+        query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
+                                 "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        url = self.host + path + "?" + urlencode(query)
+        # Bookmarks arrive about once a minute: silence much longer than that is a dead stream.
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, connect=CONNECT_TIMEOUT_SECONDS, sock_read=90)
+        async with self._session.get(url, headers=self._headers(), timeout=timeout) as resp:
+            metrics.API_REQUESTS.labels(client=self.name, verb="WATCH", resource=_resource_of(path),
+                                        code=str(resp.status)).inc()
+            if resp.status >= 300:
+                raise _error(resp.status, resp.reason or "", await resp.read())
+            async for line in resp.content:
+                if line.strip():
+                    yield json.loads(line)
+
+
+def _error(status: int, reason: str, raw: bytes) -> ApiError:
+    try:
+        body = json.loads(raw)
+        return ApiError(status, str(body.get("reason") or reason), str(body.get("message") or ""))
+    except ValueError:
+        return ApiError(status, reason, raw[:200].decode(errors="replace"))
+
+
+def path(group_version: str, plural: str, namespace: str | None = None, name: str | None = None,
+         sub: str | None = None) -> str:
+    """`v1` -> /api/v1/..., `coordination.k8s.io/v1` -> /apis/coordination.k8s.io/v1/..."""
+    base = "/api/" + group_version if "/" not in group_version else "/apis/" + group_version
+    if namespace is not None:
+        base += "/namespaces/" + quote(namespace, safe="")
+    base += "/" + plural
+    if name is not None:
+        base += "/" + quote(name, safe="")
+    if sub is not None:
+        base += "/" + sub
+    return base

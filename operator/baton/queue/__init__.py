@@ -1,0 +1,154 @@
+"""A work queue of runtime keys, in the shape of controller-runtime's: no I/O (asyncio only).
+
+- A key is queued at most once; a key added while a worker processes it is queued again when
+  that worker is done (never processed by two workers at once).
+- `add_after(key, seconds)`: a deadline as a wake-up (the earliest one wins).
+- `Backoff`: per-key exponential back-off with jitter for failures; `forget` resets it.
+- `PassBudget`: per-key token bucket, so no input can make one key spin.
+
+A key waiting here holds nothing: the Lease is taken only by the worker that acts on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import heapq
+import itertools
+import random
+import time
+from typing import Callable, Generic, Hashable, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class ShutDown(Exception):
+    """The queue was shut down: workers stop."""
+
+
+class WorkQueue(Generic[K]):
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._ready: collections.deque[K] = collections.deque()
+        self._dirty: set[K] = set()
+        self._processing: set[K] = set()
+        self._delayed: list[tuple[float, int, K]] = []
+        self._due: dict[K, float] = {}
+        self._seq = itertools.count()
+        self._wakeup = asyncio.Event()
+        self._shut = False
+
+    def __len__(self) -> int:
+        return len(self._ready)
+
+    @property
+    def waiting(self) -> int:
+        """Keys with a pending wake-up (not yet due)."""
+        return len(self._due)
+
+    def add(self, key: K) -> None:
+        if self._shut or key in self._dirty:
+            return
+        self._dirty.add(key)
+        self._due.pop(key, None)  # due now: an earlier wake-up than any pending one
+        if key not in self._processing:
+            self._ready.append(key)
+            self._wakeup.set()
+
+    def add_after(self, key: K, seconds: float) -> None:
+        if seconds <= 0:
+            self.add(key)
+            return
+        if self._shut or key in self._dirty:
+            return
+        when = self._clock() + seconds
+        if key in self._due and self._due[key] <= when:
+            return
+        self._due[key] = when
+        heapq.heappush(self._delayed, (when, next(self._seq), key))
+        self._wakeup.set()
+
+    def _promote_due(self) -> float | None:
+        """Move due wake-ups to the ready queue; seconds until the next one, or None."""
+        now = self._clock()
+        while self._delayed:
+            when, _, key = self._delayed[0]
+            if self._due.get(key) != when:  # superseded by an earlier one, or added meanwhile
+                heapq.heappop(self._delayed)
+                continue
+            if when > now:
+                return when - now
+            heapq.heappop(self._delayed)
+            del self._due[key]
+            self.add(key)
+        return None
+
+    async def get(self) -> K:
+        while True:
+            if self._shut:
+                raise ShutDown()
+            next_due = self._promote_due()
+            if self._ready:
+                key = self._ready.popleft()
+                self._dirty.discard(key)
+                self._processing.add(key)
+                return key
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), timeout=next_due)
+            except asyncio.TimeoutError:
+                pass
+
+    def done(self, key: K) -> None:
+        self._processing.discard(key)
+        if key in self._dirty and not self._shut:
+            self._ready.append(key)
+            self._wakeup.set()
+
+    def shut_down(self) -> None:
+        self._shut = True
+        self._wakeup.set()
+
+
+@dataclasses.dataclass
+class Backoff(Generic[K]):
+    """Per-key exponential back-off with ±20 % jitter: base · 2^(failures-1), capped."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    rng: random.Random = dataclasses.field(default_factory=random.Random)
+    failures: dict[K, int] = dataclasses.field(default_factory=dict)
+
+    def when(self, key: K) -> float:
+        n = self.failures.get(key, 0) + 1
+        self.failures[key] = n
+        return float(min(self.cap, self.base * 2 ** min(n - 1, 16)) * self.rng.uniform(0.8, 1.2))
+
+    def forget(self, key: K) -> None:
+        self.failures.pop(key, None)
+
+
+@dataclasses.dataclass
+class PassBudget(Generic[K]):
+    """Per-key token bucket: `burst` passes at once, then `rate` a second."""
+
+    burst: float = 20.0
+    rate: float = 1.0
+    clock: Callable[[], float] = time.monotonic
+    _state: dict[K, tuple[float, float]] = dataclasses.field(default_factory=dict)
+
+    def take(self, key: K) -> float:
+        """Seconds to wait before this key's next pass (0: go now); takes a token."""
+        now = self.clock()
+        tokens, at = self._state.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + max(0.0, now - at) * self.rate)
+        if tokens >= 1.0:
+            self._state[key] = (tokens - 1.0, now)
+            return 0.0
+        wait = (1.0 - tokens) / self.rate
+        self._state[key] = (0.0, now + wait)
+        return wait
+
+    def forget(self, key: K) -> None:
+        self._state.pop(key, None)
