@@ -5,7 +5,7 @@ PY ?= .venv/bin/python
 PYTEST_ARGS ?= -q
 CLUSTER_DIR ?= .baton
 
-.PHONY: help tools cluster-up cluster-down test test-unit test-integration lint demo bench
+.PHONY: help tools cluster-up cluster-down test test-unit test-integration lint demo bench bench-scale
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -30,6 +30,13 @@ demo: tools ## Baton end to end on a throwaway local plane (handoff, stuck pod, 
 
 bench: tools ## handoff latency beside a Recreate Deployment (prints p50/p95 and the ratio)
 	$(PY) bench/handoff_latency.py
+
+N ?= 1000
+CHANGES ?= 100
+REPLICAS ?= 1
+WORKERS ?= 8
+bench-scale: tools ## N runtimes and K changes beside N Recreate Deployments (make bench-scale N=1000 CHANGES=100)
+	$(PY) bench/scale.py --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS)
 
 test-unit: ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -1,35 +1,35 @@
 """Carries a Plan out through ``baton.k8s``, keeps the Leases this process holds, records metrics.
 
-Does I/O (through baton.k8s, in worker threads). The API server is the fence: a pod create is
+Does I/O (through baton.k8s, async; no thread pool). Every object a write returns is applied to
+the watch-fed views (read-your-writes: the next pass never sees an older state than it wrote).
+The API server is the fence: a pod create is
 refused while any pod of the runtime exists (one name per runtime), deletes and relabels carry
 the pod's UID, status writes carry the fencing token (CEL rule). On top, every pod-changing
 action and status write runs only while this process holds the Lease *fresh*: its last
 successful renew was *sent* less than (duration - margin) ago by the local monotonic clock.
-Renewals run on their own threads and connection, so no other work can starve them.
+Renewals run as their own tasks on a connection pool of their own, so no other work can starve
+them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import datetime
 import enum
-import functools
 import logging
 import os
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 from baton import metrics
-from baton.k8s import client, events, leases, observe, pods, runtimes, services
+from baton.cache import snapshot as snapshot_mod
+from baton.cache import views as vw
+from baton.k8s import client, events, leases, pods, runtimes, services
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 
 log = logging.getLogger("baton.execute")
-
-
-T = TypeVar("T")
 
 # Tests only: BATON_FAULT_CLOCK_OFFSET_SECONDS shifts this process's wall clock (a replica whose
 # clock runs ahead or behind). The monotonic clock, which judges Leases, is never shifted.
@@ -66,15 +66,20 @@ class Aborted(Exception):
 
 
 class Executor:
-    def __init__(self, *, identity: str, lease_seconds: int) -> None:
+    def __init__(self, *, identity: str, lease_seconds: int, views: vw.Views) -> None:
         self.identity = identity
         self.lease_seconds = lease_seconds
+        self.views = views
         self.held: dict[tuple[str, str], HeldLease] = {}
-        # Lease renewals have threads of their own: a burst of other work never delays them.
-        self._lease_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="baton-lease")
 
-    async def _on_lease_pool(self, fn: Callable[..., T], **kwargs: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._lease_pool, functools.partial(fn, **kwargs))
+    def _seen(self, obj: dict[str, Any] | None, kind: str = "") -> None:
+        """Apply what a write returned to the views (read-your-writes)."""
+        if not isinstance(obj, dict) or "metadata" not in obj:
+            return
+        store = {"Pod": self.views.pods, "Lease": self.views.leases, "Service": self.views.services,
+                 "ToolRuntime": self.views.runtimes}.get(kind or str(obj.get("kind") or ""))
+        if store is not None:
+            store.apply(obj)
 
     # --- Lease keeping -----------------------------------------------------------------------
 
@@ -99,11 +104,12 @@ class Executor:
                 return
             sent = time.monotonic()
             try:
-                held.last = await self._on_lease_pool(
-                    leases.renew_lease, namespace=ns, name=mf.lease_name(name),
+                held.last = await leases.renew_lease(
+                    namespace=ns, name=mf.lease_name(name),
                     identity=self.identity, token=held.token, now=utcnow(), last=held.last,
                 )
                 held.renewed = sent
+                self._seen(held.last, "Lease")
             except leases.LeaseLost as exc:
                 log.warning("lost lifecycle Lease of %s/%s: %s", ns, name, exc, extra={"runtime": f"{ns}/{name}"})
                 metrics.LEASE_CONFLICTS.inc()
@@ -117,9 +123,9 @@ class Executor:
 
     async def execute(
         self,
-        snap: observe.Snapshot,
+        snap: snapshot_mod.Snapshot,
         plan: p.Plan,
-        local: observe.Local,
+        local: snapshot_mod.Local,
         wake: Callable[[], None],
     ) -> bool:
         """True if every action succeeded. Stops at the first failure."""
@@ -146,9 +152,9 @@ class Executor:
 
     async def _one(
         self,
-        snap: observe.Snapshot,
+        snap: snapshot_mod.Snapshot,
         action: p.Action,
-        local: observe.Local,
+        local: snapshot_mod.Local,
         key: tuple[str, str],
         wake: Callable[[], None],
     ) -> None:
@@ -158,27 +164,29 @@ class Executor:
         if isinstance(action, p.FENCED) and not self.holds(key):
             metrics.FENCING_REJECTIONS.inc()
             raise Aborted(f"{type(action).__name__} refused: this replica does not hold a fresh Lease")
-        run = asyncio.to_thread
+        seen = self._seen
         if isinstance(action, p.AddFinalizer):
             fins = list(meta.get("finalizers") or []) + [mf.FINALIZER]
-            await run(runtimes.patch_runtime_finalizers, ns, name, fins, meta["resourceVersion"])
+            seen(await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]), "ToolRuntime")
         elif isinstance(action, p.RemoveFinalizer):
             fins = [f for f in meta.get("finalizers") or [] if f != mf.FINALIZER]
-            await run(runtimes.patch_runtime_finalizers, ns, name, fins, meta["resourceVersion"])
+            seen(await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]), "ToolRuntime")
         elif isinstance(action, p.RemoveAnnotation):
-            if not await run(runtimes.remove_annotation, ns, name, action.key, action.value):
+            removed = await runtimes.remove_annotation(ns, name, action.key, action.value)
+            if removed is None:
                 log.info("annotation %s changed before it was removed; left as it is", action.key,
                          extra={"runtime": f"{ns}/{name}"})
+            seen(removed, "ToolRuntime")
         elif isinstance(action, p.AcquireLease):
             await self._acquire(snap, action, local, key, wake)
         elif isinstance(action, p.ReleaseLease):
             held = self.held.get(key)
             self.drop(key)
-            await self._on_lease_pool(leases.release_lease, namespace=ns, name=mf.lease_name(name),
-                                      identity=self.identity, last=held.last if held else None)
+            seen(await leases.release_lease(namespace=ns, name=mf.lease_name(name), identity=self.identity,
+                                            last=held.last if held else snap.lease), "Lease")
         elif isinstance(action, p.DeleteLease):
             self.drop(key)
-            await run(leases.delete_lease, ns, mf.lease_name(name))
+            await leases.delete_lease(ns, mf.lease_name(name))
         elif isinstance(action, p.WriteStatus):
             await self._write_status(o, action, key, str(meta.get("resourceVersion") or ""))
         elif isinstance(action, p.Event):
@@ -186,8 +194,8 @@ class Executor:
             if self.identity not in message:
                 message = f"{message} [by {self.identity}]"
             try:
-                await run(events.emit_event, namespace=ns, runtime=name, runtime_uid=o.uid, type_=action.type,
-                          reason=action.reason, message=message, identity=self.identity)
+                await events.emit_event(namespace=ns, runtime=name, runtime_uid=o.uid, type_=action.type,
+                                        reason=action.reason, message=message, identity=self.identity)
             except Exception as exc:  # an event is a notification, never a reason to stop
                 log.warning("event %s for %s/%s not posted: %s", action.reason, ns, name, client.short(exc))
             log.info("%s %s: %s", action.type, action.reason, action.message,
@@ -196,18 +204,25 @@ class Executor:
             self._record(action)
         elif isinstance(action, p.EnsureService):
             svc = o.service
-            await run(functools.partial(services.apply_service, ns, action.manifest,
-                                        uid=svc.uid if svc.exists and svc.owned else None))
+            try:
+                seen(await services.apply_service(ns, action.manifest, uid=svc.uid if svc.exists and svc.owned else None),
+                     "Service")
+                local.service_taken = False
+            except services.NotOwned:
+                local.service_taken = True  # read it fresh next pass: Degraded NameConflict
+                raise
         elif isinstance(action, p.DeleteService):
             if o.service.uid:
-                await run(services.delete_service, ns, name, o.service.uid)
+                await services.delete_service(ns, name, o.service.uid)
         elif isinstance(action, p.CreatePod):
             try:
-                await run(pods.create_pod, ns, action.manifest)
-            except client.ApiException as exc:
+                seen(await pods.create_pod(ns, action.manifest), "Pod")
+                local.name_taken = False
+            except client.ApiError as exc:
                 if client.is_conflict(exc):
                     # AlreadyExists: a pod holds the runtime's name. The API server refused a
-                    # second one; the next observation says whose it is.
+                    # second one; the next pass reads that name fresh and says whose it is.
+                    local.name_taken = True
                     log.info("pod %s already exists: create refused by the API server", action.manifest["metadata"]["name"],
                              extra={"runtime": f"{ns}/{name}"})
                     return
@@ -220,26 +235,26 @@ class Executor:
                 raise
             log.info("created pod %s", action.manifest["metadata"]["name"], extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.SetServing):
-            await run(pods.patch_pod_serving, ns, action.pod, action.uid, action.serving)
+            seen(await pods.patch_pod_serving(ns, action.pod, action.uid, action.serving), "Pod")
         elif isinstance(action, p.DeletePod):
-            await run(pods.delete_pod, ns, action.pod, action.uid, action.grace_seconds)
+            seen(await pods.delete_pod(ns, action.pod, action.uid, action.grace_seconds))
             log.info("deleted pod %s uid=%s grace=%ss", action.pod, action.uid, action.grace_seconds,
                      extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.ForceDeletePod):
-            await run(pods.force_delete_pod, ns, action.pod, action.uid)
+            await pods.force_delete_pod(ns, action.pod, action.uid)
             log.warning("force-deleted pod %s uid=%s", action.pod, action.uid, extra={"runtime": f"{ns}/{name}"})
         else:  # pragma: no cover - exhaustive
             raise TypeError(f"unknown action {action!r}")
 
     async def _acquire(
-        self, snap: observe.Snapshot, action: p.AcquireLease, local: observe.Local, key: tuple[str, str],
+        self, snap: snapshot_mod.Snapshot, action: p.AcquireLease, local: snapshot_mod.Local, key: tuple[str, str],
         wake: Callable[[], None],
     ) -> None:
         ns, name = key
         sent = time.monotonic()
         try:
-            written = await self._on_lease_pool(
-                leases.acquire_lease, namespace=ns, name=mf.lease_name(name), runtime=name,
+            written = await leases.acquire_lease(
+                namespace=ns, name=mf.lease_name(name), runtime=name,
                 runtime_uid=snap.observed.uid, identity=self.identity, token=action.token,
                 duration_seconds=self.lease_seconds, now=utcnow(), observed=snap.lease,
             )
@@ -247,6 +262,7 @@ class Executor:
             metrics.LEASE_CONFLICTS.inc()
             raise Aborted(f"Lease not acquired: {exc}") from exc
         self.drop(key)
+        self._seen(written, "Lease")
         held = HeldLease(token=action.token, duration=self.lease_seconds, renewed=sent, last=written)
         self.held[key] = held
         held.renewer = asyncio.create_task(self._renew_forever(key, wake), name=f"renew {ns}/{name}")
@@ -272,8 +288,8 @@ class Executor:
             raise Aborted("status write refused: this replica's Lease is not fresh (safety margin)")
         try:
             rv = None if key in self.held else (snap_rv or None)
-            await asyncio.to_thread(runtimes.patch_runtime_status, ns, name, patch, resource_version=rv)
-        except client.ApiException as exc:
+            self._seen(await runtimes.patch_runtime_status(ns, name, patch, resource_version=rv), "ToolRuntime")
+        except client.ApiError as exc:
             text = client.short(exc)
             if exc.status == 422 and "fencingToken" in text:
                 metrics.FENCING_REJECTIONS.inc()

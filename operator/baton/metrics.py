@@ -87,6 +87,13 @@ API_LATENCY = prometheus_client.Histogram(
 CACHE_OBJECTS = prometheus_client.Gauge(
     "baton_cache_objects", "Objects held in the watch-fed caches, by kind.", ["kind"], registry=REGISTRY,
 )
+QUEUE_DEPTH = prometheus_client.Gauge(
+    "baton_queue_depth", "Runtimes waiting in the work queue for a worker (not counting timed wake-ups).",
+    registry=REGISTRY,
+)
+WORKERS_BUSY = prometheus_client.Gauge(
+    "baton_workers_busy", "Workers acting on a runtime right now (of BATON_WORKERS).", registry=REGISTRY,
+)
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )

@@ -1,169 +1,120 @@
-"""One worker per runtime: observe → decide → execute, woken by watch events or its own timer.
+"""The controller: watch events and deadlines enqueue runtimes; a bounded number of workers
+take them one at a time: snapshot from the views → decide → execute. Does I/O (through
+baton.cache, baton.execute and baton.drainprobe).
 
-Does I/O (through baton.k8s and baton.execute). Workers of different runtimes run
-concurrently; one runtime's steps are strictly sequential inside its worker, and across
-processes they are serialized by the runtime's Lease.
+The shape controller-runtime gives Go operators: reading (watch-fed views) apart from acting
+(a rate-limited queue, bounded workers). A runtime waiting in the queue holds no worker; a worker
+keeps a runtime while its passes ask to act at once (so a Lease it just took is used at once,
+never left to expire in the queue), and hands it back with its wait as a wake-up.
+One runtime's passes are strictly sequential (the queue never gives a key to two workers);
+across processes they are serialized by the runtime's Lease.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
-from baton import drainprobe, execute, metrics, settings as settings_mod
-from baton.k8s import client, leases, observe
+from baton import drainprobe, execute, lifecycle, metrics, settings as settings_mod
+from baton import queue as q
+from baton.cache import snapshot as snapshot_mod
+from baton.cache import store as st_mod
+from baton.cache import views as vw
+from baton.k8s import client, leases
 from baton.lifecycle import manifests as mf
-from baton import lifecycle
 from baton.lifecycle import plan as p
 from baton.model import status as st
 
 log = logging.getLogger("baton.runner")
 
-# Per runtime, passes are rate-limited by a token bucket: a handoff's burst of steps runs at
-# once, but no input (a decide/observe disagreement, an API error that repeats) can turn into
-# more than PASS_RATE passes a second for one runtime.
-PASS_BURST = 20.0
-PASS_RATE = 1.0
-# Failed passes back off exponentially with jitter, up to this many seconds.
-FAILURE_BACKOFF_CAP = 30.0
-
-
-class PassBucket:
-    def __init__(self, *, burst: float = PASS_BURST, rate: float = PASS_RATE) -> None:
-        self.burst, self.rate = burst, rate
-        self.tokens = burst
-        self.at = time.monotonic()
-
-    def take(self) -> float:
-        """Seconds to wait before the next pass (0: go now); takes a token."""
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
-        self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return 0.0
-        wait = (1.0 - self.tokens) / self.rate
-        self.tokens = 0.0
-        self.at = now + wait
-        return wait
-
-
-def failure_backoff(failures: int) -> float:
-    return float(min(FAILURE_BACKOFF_CAP, 0.5 * 2 ** min(failures, 8)) * random.uniform(0.8, 1.2))
-
-
-class Worker:
-    def __init__(self, runner: "Runner", namespace: str, name: str) -> None:
-        self.runner = runner
-        self.key = (namespace, name)
-        self.woken = asyncio.Event()
-        s = runner.settings
-        self.local = observe.Local(
-            identity=s.identity, lease_duration_seconds=s.lease_seconds, backoff_base_seconds=s.backoff_base_seconds
-        )
-        self.last_status: st.ToolRuntimeStatus | None = None
-        self.last_budget_sum: float | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.bucket = PassBucket()
-
-    def wake(self) -> None:
-        self.woken.set()
-
-    async def run(self) -> None:
-        ns, name = self.key
-        extra = {"runtime": f"{ns}/{name}"}
-        failures = 0
-        while True:
-            throttle = self.bucket.take()
-            if throttle > 0:
-                metrics.PASSES_THROTTLED.inc()
-                await asyncio.sleep(throttle)
-            self.woken.clear()
-            self.local.shutting_down = self.runner.shutting_down
-            self.local.lease_held_here = self.runner.executor.holds(self.key)
-            try:
-                snap = await asyncio.to_thread(observe.read_snapshot, ns, name, self.local)
-            except Exception as exc:
-                failures += 1
-                delay = failure_backoff(failures)
-                log.warning("observing %s/%s failed (%s); again in %.1fs", ns, name, client.short(exc), delay, extra=extra)
-                if self.runner.shutting_down:
-                    return
-                await self._sleep(delay)
-                continue
-            if snap is None:
-                self.runner.executor.drop(self.key)
-                self.last_status = None
-                return
-            o = snap.observed
-            self.runner.index_config_refs(self.key, [] if o.spec_error else mf.config_refs(o.spec.template))
-            t = o.status.transition
-            if (t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid
-                    and self.runner.executor.holds(self.key)):
-                # Only the Lease holder probes: other replicas never dial the pod.
-                retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
-                if retiring is not None:
-                    result = await self.runner.prober.probe(pod=retiring, probe=o.spec.drain.probe)
-                    snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
-            self.last_status = o.status
-            b = o.spec.budgets
-            self.last_budget_sum = float(b.lock_seconds + b.connect_seconds + b.drain_seconds + b.cleanup_seconds)
-            plan = lifecycle.decide(o, execute.utcnow())
-            if plan.lease_wait or plan.find(p.AcquireLease):
-                if self.local.lock_wait_since is None:
-                    self.local.lock_wait_since = execute.utcnow()
-            elif not self.runner.executor.holds(self.key):
-                self.local.lock_wait_since = None
-            if plan.actions:
-                log.debug("plan %s: %s (%s)", name, plan.kinds(), plan.note, extra=extra)
-            ok = await self.runner.executor.execute(snap, plan, self.local, self.wake)
-            if self.runner.shutting_down and not self.runner.executor.holds(self.key) and (
-                not plan.actions or all(isinstance(a, (p.ReleaseLease, p.Record, p.Event)) for a in plan.actions)
-            ):
-                return  # nothing held, nothing started: this worker is done
-            if not ok:
-                failures += 1
-                await self._sleep(failure_backoff(failures))
-                continue
-            failures = 0
-            if plan.wait_seconds == 0:
-                continue
-            await self._sleep(plan.wait_seconds)
-
-    async def _sleep(self, seconds: float | None) -> None:
-        if self.runner.shutting_down and seconds is None:
-            seconds = 0.0
-        try:
-            await asyncio.wait_for(self.woken.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
+Key = tuple[str, str]
+# A worker keeps a runtime for at most this many passes in a row before requeueing it.
+MAX_PASSES_PER_TURN = 25
 
 
 class Runner:
     def __init__(self, settings: settings_mod.Settings) -> None:
         self.settings = settings
-        self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds)
+        self.views = vw.Views(namespaces=settings.namespaces, watch_configmaps=settings.watch_configmaps,
+                              watch_secrets=settings.watch_secrets)
+        self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
+                                         views=self.views)
         self.prober = drainprobe.Prober(allowed=settings.probe_allowed, concurrency=settings.probe_concurrency)
-        self.workers: dict[tuple[str, str], Worker] = {}
+        self.queue: q.WorkQueue[Key] = q.WorkQueue()
+        self.backoff: q.Backoff[Key] = q.Backoff()
+        self.budget: q.PassBudget[Key] = q.PassBudget()
+        self.locals: dict[Key, snapshot_mod.Local] = {}
+        self.last_status: dict[Key, tuple[st.ToolRuntimeStatus, float]] = {}
         # (namespace, kind, name) of a ConfigMap/Secret -> runtimes whose template references it
         self.config_users: dict[tuple[str, str, str], set[str]] = {}
         self.shutting_down = False
+        self.busy = 0
+        self._workers: list[asyncio.Task[None]] = []
 
-    def wake(self, namespace: str, name: str, *, create: bool = True) -> None:
-        key = (namespace, name)
-        worker = self.workers.get(key)
-        if worker is None or (worker.task is not None and worker.task.done()):
-            if not create or self.shutting_down:
+    # --- wiring: view changes enqueue runtimes ---------------------------------------------------
+
+    def start(self) -> None:
+        v = self.views
+        v.runtimes.listeners.append(self._on_runtime)
+        v.pods.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))
+        v.services.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))
+        v.slices.listeners.append(self._by_label(vw.SERVICE_NAME_LABEL))
+        v.leases.listeners.append(self._on_lease)
+        if v.configmaps is not None:
+            v.configmaps.listeners.append(self._on_config("ConfigMap"))
+        if v.secrets is not None:
+            v.secrets.listeners.append(self._on_config("Secret"))
+        v.start(client.work())
+        for i in range(self.settings.workers):
+            self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
+
+    def wake(self, namespace: str, name: str) -> None:
+        if not self.shutting_down or (namespace, name) in self.executor.held:
+            self.queue.add((namespace, name))
+
+    def _on_runtime(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new or old
+        if obj is not None:
+            meta = obj["metadata"]
+            self.wake(meta.get("namespace") or "", meta["name"])
+
+    def _by_label(self, label: str) -> st_mod.Listener:
+        def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            for obj in (old, new):
+                if obj is None:
+                    continue
+                meta = obj.get("metadata") or {}
+                value = (meta.get("labels") or {}).get(label)
+                if value:
+                    self.wake(meta.get("namespace") or "", value)
+        return listener
+
+    def _on_lease(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        # A renewal (ours or another's) changes nothing to decide on: only a change of holder
+        # (or a Lease gone) wakes the runtime. Expiry of a foreign Lease is a timed wake-up.
+        def holder(obj: dict[str, Any] | None) -> object:
+            return None if obj is None else (obj.get("spec") or {}).get("holderIdentity") or ""
+        if old is not None and new is not None and holder(old) == holder(new):
+            return
+        obj = new or old
+        meta = (obj or {}).get("metadata") or {}
+        runtime = (meta.get("labels") or {}).get(st_mod.RUNTIME_LABEL)
+        if runtime:
+            self.wake(meta.get("namespace") or "", runtime)
+
+    def _on_config(self, kind: str) -> st_mod.Listener:
+        def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            obj = new or old
+            if obj is None or (old is not None and new is not None and old.get("digest") == new.get("digest")):
                 return
-            worker = Worker(self, namespace, name)
-            self.workers[key] = worker
-            worker.task = asyncio.create_task(self._run(worker), name=f"runtime {namespace}/{name}")
-        worker.wake()
+            meta = obj["metadata"]
+            for runtime in sorted(self.config_users.get((meta.get("namespace") or "", kind, meta["name"]), ())):
+                self.wake(meta.get("namespace") or "", runtime)
+        return listener
 
-    def index_config_refs(self, key: tuple[str, str], refs: list[tuple[str, str, bool]]) -> None:
+    def index_config_refs(self, key: Key, refs: list[tuple[str, str, bool]]) -> None:
         ns, runtime = key
         wanted = {(ns, kind, name) for kind, name, _ in refs}
         for ref_key, users in list(self.config_users.items()):
@@ -174,53 +125,126 @@ class Runner:
         for ref_key in wanted:
             self.config_users.setdefault(ref_key, set()).add(runtime)
 
-    def wake_config_users(self, namespace: str, kind: str, name: str) -> None:
-        """A referenced ConfigMap/Secret changed (watch event): its runtimes re-hash their template."""
-        for runtime in sorted(self.config_users.get((namespace, kind, name), ())):
-            self.wake(namespace, runtime, create=False)
+    # --- workers --------------------------------------------------------------------------------
 
-    async def _run(self, worker: Worker) -> None:
-        try:
-            await worker.run()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("worker of %s/%s crashed; restarting it in 5s", *worker.key)
-            if self.workers.get(worker.key) is worker:
-                del self.workers[worker.key]
-            asyncio.get_running_loop().call_later(5.0, self.wake, *worker.key)
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except q.ShutDown:
+                return
+            self.busy += 1
+            metrics.WORKERS_BUSY.set(self.busy)
+            try:
+                await self._turn(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("pass of %s/%s crashed; again after a back-off", *key)
+                self.queue.add_after(key, self.backoff.when(key))
+            finally:
+                self.busy -= 1
+                metrics.WORKERS_BUSY.set(self.busy)
+                metrics.QUEUE_DEPTH.set(len(self.queue))
+                self.queue.done(key)
+
+    def _local(self, key: Key) -> snapshot_mod.Local:
+        local = self.locals.get(key)
+        if local is None:
+            s = self.settings
+            local = self.locals[key] = snapshot_mod.Local(
+                identity=s.identity, lease_duration_seconds=s.lease_seconds, backoff_base_seconds=s.backoff_base_seconds)
+        return local
+
+    async def _turn(self, key: Key) -> None:
+        """Passes of one runtime while they ask to act at once; then its wait becomes a wake-up."""
+        ns, name = key
+        local = self._local(key)
+        for _ in range(MAX_PASSES_PER_TURN):
+            throttle = self.budget.take(key)
+            if throttle > 0:
+                metrics.PASSES_THROTTLED.inc()
+                self.queue.add_after(key, throttle)
+                return
+            local.shutting_down = self.shutting_down
+            local.lease_held_here = self.executor.holds(key)
+            snap = await snapshot_mod.read_snapshot(self.views, ns, name, local)
+            if snap is None:
+                self._forget(key)
+                return
+            o = snap.observed
+            self.index_config_refs(key, [] if o.spec_error else mf.config_refs(o.spec.template))
+            t = o.status.transition
+            if (t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid
+                    and self.executor.holds(key)):
+                # Only the Lease holder probes: other replicas never dial the pod.
+                retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
+                if retiring is not None:
+                    result = await self.prober.probe(pod=retiring, probe=o.spec.drain.probe)
+                    snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
+            b = o.spec.budgets
+            self.last_status[key] = (o.status, float(b.lock_seconds + b.connect_seconds + b.drain_seconds
+                                                      + b.cleanup_seconds))
+            plan = lifecycle.decide(o, execute.utcnow())
+            if plan.lease_wait or plan.find(p.AcquireLease):
+                if local.lock_wait_since is None:
+                    local.lock_wait_since = execute.utcnow()
+            elif not self.executor.holds(key):
+                local.lock_wait_since = None
+            if plan.actions:
+                log.debug("plan %s: %s (%s)", name, plan.kinds(), plan.note, extra={"runtime": f"{ns}/{name}"})
+            ok = await self.executor.execute(snap, plan, local, lambda: self.wake(ns, name))
+            if not ok:
+                self.queue.add_after(key, self.backoff.when(key))
+                return
+            self.backoff.forget(key)
+            if plan.wait_seconds == 0:
+                continue
+            if plan.wait_seconds is not None:
+                self.queue.add_after(key, plan.wait_seconds)
             return
-        if self.workers.get(worker.key) is worker:
-            del self.workers[worker.key]
+        self.queue.add(key)  # still asking to act at once: back of the line, fair to the others
+
+    def _forget(self, key: Key) -> None:
+        self.executor.drop(key)
+        self.locals.pop(key, None)
+        self.last_status.pop(key, None)
+        self.backoff.forget(key)
+        self.budget.forget(key)
+        self.index_config_refs(key, [])
+
+    # --- shutdown -------------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
-        """Start nothing new; let each worker finish its action in flight, hand back its Lease."""
+        """Start nothing new; runtimes this process holds take one more turn, which persists where
+        they are and hands their Lease back; anything left is released at the end."""
         self.shutting_down = True
         metrics.SHUTTING_DOWN.set(1)
-        for w in list(self.workers.values()):
-            w.wake()
-        tasks = [w.task for w in self.workers.values() if w.task is not None]
-        if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=self.settings.shutdown_grace_seconds)
-            for t in pending:
-                t.cancel()
-            if pending:
-                log.warning("%d runtime workers did not finish within the shutdown grace", len(pending))
-        # Anything still held (a worker cancelled mid-step) is handed back; the next holder resumes.
+        for key in list(self.executor.held):
+            self.queue.add(key)
+        deadline = time.monotonic() + self.settings.shutdown_grace_seconds
+        while self.executor.held and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        self.queue.shut_down()
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        if self.executor.held:
+            log.warning("%d runtimes still held after the shutdown grace", len(self.executor.held))
+        # Anything still held (a step cut short) is handed back; the next holder resumes.
         for key in list(self.executor.held):
             ns, name = key
+            held = self.executor.held.get(key)
             self.executor.drop(key)
             try:
-                await asyncio.to_thread(leases.release_lease, namespace=ns, name=mf.lease_name(name),
-                                        identity=self.settings.identity)
+                await leases.release_lease(namespace=ns, name=mf.lease_name(name), identity=self.settings.identity,
+                                           last=held.last if held else None)
             except Exception as exc:
                 log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc))
+        await self.views.stop()
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
-        for (ns, name), w in list(self.workers.items()):
-            s = w.last_status
-            if s is None:
-                continue
+        for (ns, name), (s, budget_sum) in list(self.last_status.items()):
             conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
-            yield ns, name, conds, started, w.last_budget_sum if started is not None else None
+            yield ns, name, conds, started, budget_sum if started is not None else None

@@ -29,6 +29,13 @@ def _flag(env: dict[str, str], name: str, default: bool = True) -> bool:
     raise ValueError(f"{name} must be true or false, got {text!r}")
 
 
+def _workers(text: str) -> int:
+    n = int(text)
+    if not 1 <= n <= 256:
+        raise ValueError(f"BATON_WORKERS must be in 1..256, got {n}")
+    return n
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     identity: str
@@ -42,6 +49,8 @@ class Settings:
     log_level: str
     # Drain probes in flight at once (async sockets, apart from Lease renewals).
     probe_concurrency: int = 64
+    # Runtimes acted on at once (workers of the queue); each pass is a few API calls.
+    workers: int = 8
     # Watch ConfigMaps/Secrets for config-ref rolls; off where RBAC grants no access to them.
     watch_configmaps: bool = True
     watch_secrets: bool = True
@@ -69,6 +78,7 @@ class Settings:
             probe_allowed=allowed,
             log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
             probe_concurrency=int(e.get("BATON_PROBE_CONCURRENCY", "64")),
+            workers=_workers(e.get("BATON_WORKERS", "8")),
             watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
         )

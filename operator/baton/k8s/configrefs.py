@@ -1,45 +1,57 @@
-"""Read the ConfigMaps and Secrets a pod template references, reduced to one digest.
+"""The ConfigMaps and Secrets a pod template references, reduced to one digest.
 
-Only digests leave this module: Secret data is never logged, evented or written to status.
+Only digests leave this module: Secret data is never logged, evented, cached or written to status.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, Callable
 
-from baton.k8s import client
+from baton.k8s import api, client
+
+ABSENT = "absent"
+UNREADABLE = "unreadable"
+# (kind, namespace, name) -> a digest, ABSENT, or None when the caller has no cached view of it.
+Lookup = Callable[[str, str, str], str | None]
 
 
-def read_config_digest(
-    namespace: str, refs: list[tuple[str, str, bool]]
+def data_digest(obj: dict[str, Any]) -> str:
+    content = json.dumps({"data": obj.get("data") or {}, "binaryData": obj.get("binaryData") or {}}, sort_keys=True)
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+async def _read(kind: str, namespace: str, name: str) -> str:
+    plural = "configmaps" if kind == "ConfigMap" else "secrets"
+    try:
+        obj = await client.work().get_or_none(api.path("v1", plural, namespace, name))
+    except api.ApiError as exc:
+        if exc.status == 403:
+            # Not readable by Baton's ServiceAccount (the chart's rbac values): the runtime
+            # still runs; Degraded says that this object's changes start no handoff.
+            return UNREADABLE
+        raise
+    return ABSENT if obj is None else data_digest(obj)
+
+
+async def read_config_digest(
+    namespace: str, refs: list[tuple[str, str, bool]], lookup: Lookup | None = None
 ) -> tuple[str, list[str], list[str]]:
-    """(digest over the data of every referenced object, required ones missing, ones not readable)."""
+    """(digest over the data of every referenced object, required ones missing, ones not readable).
+    Objects the caller's watch-fed view holds are not read again."""
     if not refs:
         return "", [], []
     parts: list[str] = []
     missing: list[str] = []
     unreadable: list[str] = []
     for kind, name, optional in refs:
-        try:
-            if kind == "ConfigMap":
-                resp: object = client.core().read_namespaced_config_map(name, namespace, _preload_content=False)
-            else:
-                resp = client.core().read_namespaced_secret(name, namespace, _preload_content=False)
-        except client.ApiException as exc:
-            if client.is_not_found(exc):
-                parts.append(f"{kind}/{name}:absent")
-                if not optional:
-                    missing.append(f"{kind}/{name}")
-                continue
-            if client.status_of(exc) == 403:
-                # Not readable by Baton's ServiceAccount (the chart's rbac values): the runtime
-                # still runs; Degraded says that this object's changes start no handoff.
-                parts.append(f"{kind}/{name}:unreadable")
-                unreadable.append(f"{kind}/{name}")
-                continue
-            raise
-        obj = client.json_of(resp)
-        content = json.dumps({"data": obj.get("data") or {}, "binaryData": obj.get("binaryData") or {}}, sort_keys=True)
-        parts.append(f"{kind}/{name}:" + hashlib.sha256(content.encode()).hexdigest())
+        found = lookup(kind, namespace, name) if lookup is not None else None
+        if found is None:
+            found = await _read(kind, namespace, name)
+        parts.append(f"{kind}/{name}:{found}")
+        if found == ABSENT and not optional:
+            missing.append(f"{kind}/{name}")
+        elif found == UNREADABLE:
+            unreadable.append(f"{kind}/{name}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing, unreadable

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime
 import uuid
 
-from baton.k8s import client
+from baton.k8s import api, client
 
 
-def emit_event(
+async def emit_event(
     *, namespace: str, runtime: str, runtime_uid: str, type_: str, reason: str, message: str, identity: str
 ) -> None:
     now = client.micro_time(datetime.datetime.now(datetime.timezone.utc))
@@ -31,4 +31,4 @@ def emit_event(
         "lastTimestamp": stamp,
         "count": 1,
     }
-    client.core().create_namespaced_event(namespace, body)  # type: ignore[arg-type]
+    await client.work().request("POST", api.path("v1", "events", namespace), body=body)

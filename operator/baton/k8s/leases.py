@@ -1,4 +1,5 @@
-"""The lifecycle Lease: acquire (compare-and-swap on resourceVersion), renew, release, delete.
+"""The lifecycle Lease: acquire (compare-and-swap on the version observed), renew, release,
+delete. All through the Lease connection pool (``client.leases()``), apart from other work.
 
 The fencing token lives in spec.leaseTransitions: it grows by one at every acquisition.
 """
@@ -8,32 +9,36 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from baton.k8s import client
+from baton.k8s import api, client
 
 
 class LeaseLost(Exception):
     """Someone else holds the Lease now, or it changed under us."""
 
 
-def read_lease(namespace: str, name: str) -> dict[str, Any] | None:
-    return client.read_or_none(client.coordination().read_namespaced_lease, name, namespace)
+def _path(namespace: str, name: str | None = None) -> str:
+    return api.path("coordination.k8s.io/v1", "leases", namespace, name)
 
 
-def _replace_lease(namespace: str, name: str, lease: dict[str, Any]) -> dict[str, Any]:
+async def read_lease(namespace: str, name: str) -> dict[str, Any] | None:
+    return await client.leases().get_or_none(_path(namespace, name))
+
+
+async def _replace_lease(namespace: str, name: str, lease: dict[str, Any]) -> dict[str, Any]:
     """Write the Lease back; its resourceVersion makes this a compare-and-swap. Returns what
     the API server stored (with the new resourceVersion, for the next compare-and-swap)."""
     try:
-        resp = client.coordination().replace_namespaced_lease(
-            name, namespace, lease, _preload_content=False)  # type: ignore[arg-type]
-    except client.ApiException as exc:
-        if client.is_conflict(exc):
+        stored: dict[str, Any] = await client.leases().request("PUT", _path(namespace, name), body=lease)
+        return stored
+    except api.ApiError as exc:
+        if exc.status == 409:
             raise LeaseLost("changed concurrently (409 Conflict)") from exc
+        if exc.status == 404:
+            raise LeaseLost("deleted") from exc
         raise
-    stored: dict[str, Any] = client.json_of(resp)
-    return stored
 
 
-def acquire_lease(
+async def acquire_lease(
     *,
     namespace: str,
     name: str,
@@ -72,18 +77,15 @@ def acquire_lease(
             "spec": spec,
         }
         try:
-            resp = client.coordination().create_namespaced_lease(
-                namespace, body, _preload_content=False)  # type: ignore[arg-type]
-        except client.ApiException as exc:
-            if client.is_conflict(exc):
+            created: dict[str, Any] = await client.leases().request("POST", _path(namespace), body=body)
+            return created
+        except api.ApiError as exc:
+            if exc.status == 409:
                 raise LeaseLost("created concurrently by another holder") from exc
             raise
-        created: dict[str, Any] = client.json_of(resp)
-        return created
     if int((observed.get("spec") or {}).get("leaseTransitions") or 0) >= token:
         raise LeaseLost("token already used")
-    lease = {**observed, "spec": spec}
-    return _replace_lease(namespace, name, lease)
+    return await _replace_lease(namespace, name, {**observed, "spec": spec})
 
 
 def _ours(lease: dict[str, Any] | None, identity: str, token: int) -> bool:
@@ -91,46 +93,46 @@ def _ours(lease: dict[str, Any] | None, identity: str, token: int) -> bool:
     return spec.get("holderIdentity") == identity and int(spec.get("leaseTransitions") or 0) == token
 
 
-def renew_lease(
+async def renew_lease(
     *, namespace: str, name: str, identity: str, token: int, now: datetime.datetime, last: dict[str, Any] | None
 ) -> dict[str, Any]:
     """One compare-and-swap on the copy we last wrote (one request, no read); only if someone
     else wrote meanwhile, read once to tell a conflict we can retry from a lost Lease."""
-    lease = last if last is not None and _ours(last, identity, token) else read_lease(namespace, name)
+    lease = last if last is not None and _ours(last, identity, token) else await read_lease(namespace, name)
     for attempt in (1, 2):
         if lease is None or not _ours(lease, identity, token):
             raise LeaseLost("no longer ours")
-        lease["spec"]["renewTime"] = client.micro_time(now)
+        lease = {**lease, "spec": {**lease["spec"], "renewTime": client.micro_time(now)}}
         try:
-            return _replace_lease(namespace, name, lease)
+            return await _replace_lease(namespace, name, lease)
         except LeaseLost:
             if attempt == 2:
                 raise
-            lease = read_lease(namespace, name)
+            lease = await read_lease(namespace, name)
     raise LeaseLost("no longer ours")  # pragma: no cover - the loop returns or raises
 
 
-def release_lease(*, namespace: str, name: str, identity: str, last: dict[str, Any] | None = None) -> None:
+async def release_lease(*, namespace: str, name: str, identity: str, last: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Clear the holder (keep the token), so the next acquirer needs no wait. Only while the
     Lease still names us: a Lease someone else took meanwhile is left alone."""
-    lease = last if last is not None else read_lease(namespace, name)
+    lease = last if last is not None else await read_lease(namespace, name)
     for attempt in (1, 2):
         spec = (lease or {}).get("spec") or {}
         if lease is None or spec.get("holderIdentity") != identity:
-            return
-        lease["spec"] = {**spec, "holderIdentity": None, "renewTime": None, "acquireTime": None}
+            return None
+        lease = {**lease, "spec": {**spec, "holderIdentity": None, "renewTime": None, "acquireTime": None}}
         try:
-            _replace_lease(namespace, name, lease)
-            return
+            return await _replace_lease(namespace, name, lease)
         except LeaseLost:
             if attempt == 2:
                 raise
-            lease = read_lease(namespace, name)
+            lease = await read_lease(namespace, name)
+    return None
 
 
-def delete_lease(namespace: str, name: str) -> None:
+async def delete_lease(namespace: str, name: str) -> None:
     try:
-        client.coordination().delete_namespaced_lease(name, namespace)
-    except client.ApiException as exc:
-        if not client.is_not_found(exc):
+        await client.leases().request("DELETE", _path(namespace, name))
+    except api.ApiError as exc:
+        if exc.status != 404:
             raise

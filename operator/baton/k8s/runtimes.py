@@ -1,45 +1,51 @@
-"""ToolRuntime objects: read, patch metadata, patch status."""
+"""ToolRuntime objects: read, patch metadata, patch status (returning what was stored)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from baton.k8s import client
+from baton.k8s import api, client
 
 GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
 
 
-def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
-    return client.read_or_none(client.custom().get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
+def _path(namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
+    return api.path(GROUP_VERSION, PLURAL, namespace, name, sub)
 
 
-def remove_annotation(namespace: str, name: str, key: str, value: str) -> bool:
-    """Remove annotation `key` only if it still holds `value` (a JSON patch `test`), so a newer
-    request written meanwhile is never lost. False when it changed or went already."""
-    path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
-    body = [{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}]
-    try:
-        client.custom().patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, body, _content_type="application/json-patch+json")
-    except client.ApiException as exc:
-        if client.status_of(exc) in (404, 409, 422):  # gone, or the test failed: not ours to remove
-            return False
-        raise
-    return True
+async def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
+    return await client.work().get_or_none(_path(namespace, name))
 
 
-def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str], resource_version: str) -> None:
+async def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str],
+                                   resource_version: str) -> dict[str, Any]:
     """Replace the finalizer list, guarded by resourceVersion (lists merge-patch as a whole)."""
-    client.custom().patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, name,
-        {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}},
-    )
+    body = {"metadata": {"finalizers": finalizers, "resourceVersion": resource_version}}
+    patched: dict[str, Any] = await client.work().request(
+        "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")
+    return patched
 
 
-def patch_runtime_status(
+async def remove_annotation(namespace: str, name: str, key: str, value: str) -> dict[str, Any] | None:
+    """Remove annotation `key` only if it still holds `value` (a JSON patch `test`), so a newer
+    request written meanwhile is never lost. None when it changed or went already."""
+    pointer = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+    body = [{"op": "test", "path": pointer, "value": value}, {"op": "remove", "path": pointer}]
+    try:
+        patched: dict[str, Any] = await client.work().request(
+            "PATCH", _path(namespace, name), body=body, content_type="application/json-patch+json")
+        return patched
+    except api.ApiError as exc:
+        if exc.status in (404, 409, 422):  # gone, or the test failed: not ours to remove
+            return None
+        raise
+
+
+async def patch_runtime_status(
     namespace: str, name: str, status_patch: dict[str, Any], *, resource_version: str | None = None
-) -> None:
-    """JSON merge patch of status through the status subresource.
+) -> dict[str, Any]:
+    """JSON merge patch of status through the status subresource; returns the stored object.
 
     The Lease holder writes without a resourceVersion precondition: its fence against a stale
     holder is status.fencingToken, checked by the CRD's CEL transition rule on the API server.
@@ -49,7 +55,9 @@ def patch_runtime_status(
     body: dict[str, Any] = {"status": status_patch}
     if resource_version is not None:
         body["metadata"] = {"resourceVersion": resource_version}
-    client.custom().patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name, body)
+    patched: dict[str, Any] = await client.work().request(
+        "PATCH", _path(namespace, name, "status"), body=body, content_type="application/merge-patch+json")
+    return patched
 
 
 def merge_patch(old: Any, new: Any) -> Any:
@@ -67,15 +75,12 @@ def merge_patch(old: Any, new: Any) -> Any:
     return patch
 
 
-def runtimes_served(namespaces: tuple[str, ...]) -> bool:
+async def runtimes_served(namespaces: tuple[str, ...]) -> bool:
     """Whether the API server serves ToolRuntimes (the CRD is installed and established)."""
     try:
-        if namespaces:
-            client.custom().list_namespaced_custom_object(GROUP, VERSION, namespaces[0], PLURAL, limit=1)
-        else:
-            client.custom().list_cluster_custom_object(GROUP, VERSION, PLURAL, limit=1)
-    except client.ApiException as exc:
-        if client.is_not_found(exc):
+        await client.work().request("GET", _path(namespaces[0] if namespaces else None), query={"limit": 1})
+    except api.ApiError as exc:
+        if exc.status == 404:
             return False
         raise
     return True

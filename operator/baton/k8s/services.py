@@ -1,52 +1,54 @@
-"""The runtime's Service and the EndpointSlices that say whether a pod still gets traffic."""
+"""The runtime's Service: create, patch (only the one this runtime owns), delete by UID."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from baton.k8s import client
-
-
-def read_service(namespace: str, name: str) -> dict[str, Any] | None:
-    return client.read_or_none(client.core().read_namespaced_service, name, namespace)
+from baton.k8s import api, client
 
 
 class NotOwned(Exception):
     """A Service with the runtime's name exists and the runtime does not own it."""
 
 
-def apply_service(namespace: str, manifest: dict[str, Any], *, uid: str | None) -> None:
+def _path(namespace: str, name: str | None = None) -> str:
+    return api.path("v1", "services", namespace, name)
+
+
+async def read_service(namespace: str, name: str) -> dict[str, Any] | None:
+    return await client.work().get_or_none(_path(namespace, name))
+
+
+async def apply_service(namespace: str, manifest: dict[str, Any], *, uid: str | None) -> dict[str, Any]:
     """Create the Service, or patch the one this runtime owns (`uid`, as observed)."""
     name = manifest["metadata"]["name"]
     if uid is None:
         try:
-            client.core().create_namespaced_service(namespace, manifest)  # type: ignore[arg-type]
-            return
-        except client.ApiException as exc:
-            if client.is_conflict(exc):
-                raise NotOwned(f"Service {namespace}/{name} was created by someone else meanwhile") from exc
+            created: dict[str, Any] = await client.work().request("POST", _path(namespace), body=manifest)
+            return created
+        except api.ApiError as exc:
+            if exc.status == 409:
+                raise NotOwned(f"Service {namespace}/{name} exists and is not this runtime's") from exc
             raise
     # metadata.uid in the patch: the API server refuses it if the name now holds another object.
-    patch = {"metadata": {"uid": uid, "labels": manifest["metadata"]["labels"]}, "spec": manifest["spec"]}
-    client.core().patch_namespaced_service(name, namespace, patch)
+    body = {"metadata": {"uid": uid, "labels": manifest["metadata"]["labels"]}, "spec": manifest["spec"]}
+    patched: dict[str, Any] = await client.work().request(
+        "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")
+    return patched
 
 
-def delete_service(namespace: str, name: str, uid: str) -> None:
+async def delete_service(namespace: str, name: str, uid: str) -> None:
     """Delete exactly the Service this runtime owns (UID precondition), never a successor."""
-    body = {"preconditions": {"uid": uid}}
     try:
-        client.core().delete_namespaced_service(name, namespace, body=body)  # type: ignore[arg-type]
-    except client.ApiException as exc:
-        if not (client.is_not_found(exc) or client.is_conflict(exc)):
+        await client.work().request("DELETE", _path(namespace, name), body={"preconditions": {"uid": uid}})
+    except api.ApiError as exc:
+        if exc.status not in (404, 409):
             raise
 
 
-def endpoints_list_pod_ready(namespace: str, service: str, pod_uid: str, pod_name: str) -> bool:
-    """True while any EndpointSlice of the Service lists the pod as ready."""
-    resp = client.discovery().list_namespaced_endpoint_slice(
-        namespace, label_selector=f"kubernetes.io/service-name={service}", _preload_content=False
-    )
-    for eps in client.json_of(resp).get("items", []):
+def endpoints_list_pod_ready(slices: list[dict[str, Any]], pod_uid: str, pod_name: str) -> bool:
+    """True while any of the Service's EndpointSlices lists the pod as ready."""
+    for eps in slices:
         for ep in eps.get("endpoints") or []:
             ref = ep.get("targetRef") or {}
             if ref.get("uid") == pod_uid or (ref.get("kind") == "Pod" and ref.get("name") == pod_name and not ref.get("uid")):

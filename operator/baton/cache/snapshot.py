@@ -1,7 +1,10 @@
-"""Build the Observed snapshot of one runtime from fresh API reads (never from a cache).
+"""Build decide()'s snapshot of one runtime from the views, plus the few fresh reads a
+guarantee needs. Does I/O only for those reads (through baton.k8s).
 
-Pods are listed by label and, for the names that matter, read by name: a GET that says 404
-(or shows another UID) is the only evidence that a pod is gone.
+The fresh reads: a GET by name of each pod the runtime's status depends on that the view does
+not show (a pod whose labels were edited away leaves a label-selected view, yet still exists:
+only a GET that says 404, or shows another UID, proves it gone), and of the runtime's name when
+a create was refused as AlreadyExists (a pod Baton does not own holds it).
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 
 import pydantic
 
-from baton.k8s import client, configrefs, leases, pods, runtimes, services
+from baton.cache import views as vw
+from baton.k8s import client, configrefs, pods, services
 from baton.lifecycle import manifests as mf
 from baton.model import observed as obs
 from baton.model import spec as spec_model
@@ -31,11 +35,17 @@ class Local:
     lock_wait_since: datetime.datetime | None = None
     last_error: str | None = None
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
+    name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
+    service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
     shutting_down: bool = False
     # The Lease version this process saw last, and when (its own monotonic clock): a foreign
     # Lease is expired only once it has stayed unchanged for its duration here.
     lease_seen_rv: str | None = None
     lease_seen_at: float = 0.0
+    # The runtime object last parsed (by resourceVersion): parsing once per version.
+    parsed_rv: str | None = None
+    parsed: tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None] | None = None
+    reads: int = 0  # fresh GETs made for this runtime (a measure of what the view saves)
 
     def lease_unchanged_seconds(self, lease: dict[str, Any] | None) -> float:
         rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
@@ -50,7 +60,7 @@ class Snapshot:
     observed: obs.Observed
     runtime: dict[str, Any]
     pods: list[dict[str, Any]]
-    lease: dict[str, Any] | None = None  # as read: the version an acquisition must replace
+    lease: dict[str, Any] | None = None  # as seen: the version an acquisition must replace
 
 
 def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -> obs.PodInfo:
@@ -110,58 +120,78 @@ def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> obs.Servi
 def _error_text(exc: pydantic.ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(x) for x in first.get("loc", ()))
-    return f"spec.{where}: {first.get('msg', 'invalid')}" + (f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else "")
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"spec.{where}: {first.get('msg', 'invalid')}{more}"
 
 
-def read_pods(namespace: str, name: str, uid: str, status: st.ToolRuntimeStatus) -> list[dict[str, Any]]:
-    """Pods labelled for the runtime, and, read by name (authoritative), every pod name the
-    runtime's status depends on: a pod whose labels were edited away is still found."""
-    found = {pd["metadata"]["uid"]: pd for pd in pods.list_labelled_pods(namespace, name)}
-    names = {mf.pod_name(name)}
-    if status.current is not None:
+def _parse(rt: dict[str, Any], local: Local) -> tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None]:
+    rv = str((rt.get("metadata") or {}).get("resourceVersion") or "")
+    if local.parsed is not None and local.parsed_rv == rv:
+        return local.parsed
+    spec_error: str | None = None
+    try:
+        spec = spec_model.ToolRuntimeSpec.model_validate(rt.get("spec") or {})
+        mf.config_refs(spec.template)  # reads the template's references: fails on a malformed one
+    except pydantic.ValidationError as exc:
+        # A malformed field the CRD let through: keep observing with safe defaults, so the
+        # runtime reports it (Degraded InvalidSpec) and can still be retired and deleted.
+        spec, spec_error = spec_model.ToolRuntimeSpec(template={}), _error_text(exc)
+    except (AttributeError, TypeError, ValueError) as exc:
+        # e.g. `volumes: "x"`: the CRD preserves unknown PodSpec fields without checking them.
+        spec_error = f"spec.template cannot be read: {type(exc).__name__}: {exc}"
+    status = st.ToolRuntimeStatus.model_validate(rt.get("status") or {})
+    local.parsed_rv, local.parsed = rv, (spec, status, spec_error)
+    return local.parsed
+
+
+async def _pods(views: vw.Views, namespace: str, name: str, status: st.ToolRuntimeStatus,
+                local: Local) -> list[dict[str, Any]]:
+    found = {pd["metadata"]["uid"]: pd for pd in views.pods.by_label(namespace, name)}
+    named = views.pods.get(namespace, mf.pod_name(name))
+    if named is not None:
+        found[named["metadata"]["uid"]] = named
+    names: set[str] = set()
+    t = status.transition
+    if t is not None and t.retiring and t.from_uid and t.from_uid not in found:
+        names.add(t.from_pod or mf.pod_name(name))
+    if t is not None and t.to_uid and t.to_uid not in found:
+        names.add(mf.pod_name(name))
+    if status.current is not None and status.current.uid not in found:
         names.add(status.current.pod)
-    if status.transition is not None and status.transition.from_pod:
-        names.add(status.transition.from_pod)
+    if local.name_taken:
+        names.add(mf.pod_name(name))
     for pod_name in sorted(names):
-        pod = pods.read_pod(namespace, pod_name)
-        # The GET is fresher than the list: drop what the list says under that name.
+        local.reads += 1
+        pod = await pods.read_pod(namespace, pod_name)
+        # The GET is fresher than the view: drop what the view says under that name.
         found = {u: pd for u, pd in found.items() if pd["metadata"]["name"] != pod_name}
         if pod is not None:
             found[pod["metadata"]["uid"]] = pod
     return sorted(found.values(), key=lambda pd: (pd["metadata"].get("creationTimestamp") or "", pd["metadata"]["name"]))
 
 
-def read_snapshot(namespace: str, name: str, local: Local) -> Snapshot | None:
+async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local) -> Snapshot | None:
     """None when the runtime no longer exists."""
-    rt = runtimes.read_runtime(namespace, name)
+    rt = views.runtimes.get(namespace, name)
     if rt is None:
         return None
     meta = rt.get("metadata") or {}
-    spec_error: str | None = None
-    try:
-        spec = spec_model.ToolRuntimeSpec.model_validate(rt.get("spec") or {})
-    except pydantic.ValidationError as exc:
-        # A malformed field the CRD let through: keep observing with safe defaults, so the
-        # runtime reports it (Degraded InvalidSpec) and can still be retired and deleted.
-        spec, spec_error = spec_model.ToolRuntimeSpec(template={}), _error_text(exc)
-    status = st.ToolRuntimeStatus.model_validate(rt.get("status") or {})
+    spec, status, spec_error = _parse(rt, local)
     uid = meta["uid"]
-    raw_pods = read_pods(namespace, name, uid, status)
-    lease = leases.read_lease(namespace, mf.lease_name(name))
-    svc = services.read_service(namespace, name)
-    refs: list[tuple[str, str, bool]] = []
-    if spec_error is None:
-        try:
-            refs = mf.config_refs(spec.template)
-        except (AttributeError, TypeError, ValueError) as exc:
-            # e.g. `volumes: "x"`: the CRD preserves unknown PodSpec fields without checking them.
-            spec_error = f"spec.template cannot be read: {type(exc).__name__}: {exc}"
-    digest, missing, unreadable = configrefs.read_config_digest(namespace, refs) if refs else ("", [], [])
-    pod_infos = tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods)
+    raw_pods = await _pods(views, namespace, name, status, local)
+    lease = views.leases.get(namespace, mf.lease_name(name))
+    svc = views.services.get(namespace, name)
+    if svc is None and local.service_taken:
+        local.reads += 1
+        svc = await services.read_service(namespace, name)
+    refs = mf.config_refs(spec.template) if spec_error is None else []
+    digest, missing, unreadable = (
+        await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], []))
     endpoints_listed: bool | None = None
     t = status.transition
     if t is not None and t.step == st.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
-        endpoints_listed = services.endpoints_list_pod_ready(namespace, name, t.from_uid, t.from_pod or "")
+        endpoints_listed = services.endpoints_list_pod_ready(
+            views.slices.by_label(namespace, name), t.from_uid, t.from_pod or "")
     observed = obs.Observed(
         namespace=namespace,
         name=name,
@@ -173,7 +203,7 @@ def read_snapshot(namespace: str, name: str, local: Local) -> Snapshot | None:
         spec=spec,
         status=status,
         desired_hash=mf.template_hash(spec.template, digest),
-        pods=pod_infos,
+        pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
         lease=lease_info(lease, local.lease_duration_seconds, local.lease_unchanged_seconds(lease)),
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,

@@ -1,0 +1,255 @@
+"""Baton at scale beside the Deployment controller, on the local plane (a benchmark, not a test).
+
+One run, one plane, the same pod template and the same number N of objects on each side:
+- create: N ToolRuntimes, then N one-replica Recreate Deployments (in their own namespaces);
+  time until all are Ready (Baton: status.current.generation 1 and Ready=True; Deployment:
+  availableReplicas 1);
+- change: K simultaneous template changes on each side; time until all K converged (Baton:
+  generation 2 Ready; Deployment: observedGeneration caught up, 1 updated + available replica);
+- the operator's CPU-seconds and peak RSS (from /proc), API requests per runtime created (its
+  own baton_api_requests_total), and, idle for 60 s afterwards, its CPU and API writes.
+
+Usage: .venv/bin/python bench/scale.py [--n 1000] [--changes 100] [--replicas 1] [--workers 8]
+(starts its own plane with hack/cluster.py in a temp dir and stops it; all traffic is loopback;
+every wait is bounded.) `make bench-scale N=... CHANGES=...` runs it.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from kubernetes import client, config  # noqa: E402
+
+from harness.baton import free_port  # noqa: E402
+
+NS_B, NS_D = "scale-baton", "scale-deploy"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def wait(check: Callable[[], bool], timeout: float, what: str, every: float = 1.0) -> float:
+    t0 = time.monotonic()
+    for _ in range(int(timeout / every) + 2):
+        if check():
+            return time.monotonic() - t0
+        if time.monotonic() - t0 > timeout:
+            break
+        time.sleep(every)
+    raise TimeoutError(f"{what} not within {timeout:.0f}s")
+
+
+def template(image: str, kind: str) -> dict[str, Any]:
+    return {"metadata": {"labels": {"app": "scale", "kind": kind}},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "server", "image": image}]}}
+
+
+class Proc:
+    """CPU-seconds and peak RSS of a process, from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def cpu(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+
+    def peak_rss_mib(self) -> float:
+        m = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text())
+        return int(m.group(1)) / 1024 if m else float("nan")
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def api_requests(text: str, *, writes_only: bool = False) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("baton_api_requests_total{"):
+            if writes_only and not re.search(r'verb="(POST|PUT|PATCH|DELETE)"', line):
+                continue
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def parallel(fn: Callable[[int], Any], n: int, threads: int = 16) -> None:
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, range(n)))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1000)
+    ap.add_argument("--changes", type=int, default=100)
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--idle-seconds", type=int, default=60)
+    ap.add_argument("--timeout", type=float, default=1800)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="baton-scale-"))
+    py = sys.executable
+    subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(work / "plane")], check=True,
+                   stdout=subprocess.DEVNULL)
+    kubeconfig = str(work / "plane" / "kubeconfig")
+    ops: list[subprocess.Popen[bytes]] = []
+    try:
+        config.load_kube_config(kubeconfig)
+        cfg = client.Configuration.get_default_copy()
+        cfg.connection_pool_maxsize = 32
+        api = client.ApiClient(cfg)
+        core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+        kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
+        subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(kubectl + ["wait", "--for=condition=established", "crd/toolruntimes.baton.dev"], check=True,
+                       stdout=subprocess.DEVNULL)
+        for ns in (NS_B, NS_D):
+            core.create_namespace({"metadata": {"name": ns}})
+        metrics_ports = []
+        for r in range(args.replicas):
+            mport, hport = free_port(), free_port()
+            metrics_ports.append(mport)
+            env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=f"scale-{r}", BATON_NAMESPACES=NS_B,
+                       BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
+                       BATON_LOG_LEVEL="WARNING", BATON_WORKERS=str(args.workers))
+            ops.append(subprocess.Popen([py, "-m", "baton"], env=env, stdout=open(work / f"operator-{r}.log", "wb"),
+                                        stderr=subprocess.STDOUT))
+
+            def healthy(port: int = hport) -> bool:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
+                        return resp.status == 200
+                except OSError:
+                    return False
+            wait(healthy, 60, "operator healthy", every=0.2)
+        procs = [Proc(op.pid) for op in ops]
+        budgets = {"lockSeconds": 10, "connectSeconds": 120, "drainSeconds": 1, "terminationGraceSeconds": 1,
+                   "cleanupSeconds": 30}
+
+        def baton_ready(gen: int, names: set[str]) -> Callable[[], bool]:
+            def check() -> bool:
+                items = custom.list_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes")["items"]
+                done = 0
+                for rt in items:
+                    st = rt.get("status") or {}
+                    ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
+                    if rt["metadata"]["name"] in names and (st.get("current") or {}).get("generation") == gen \
+                            and ready.get("status") == "True" and not st.get("transition"):
+                        done += 1
+                return done == len(names)
+            return check
+
+        def deploy_ready(names: set[str], want_gen: dict[str, int] | None = None) -> Callable[[], bool]:
+            def check() -> bool:
+                done = 0
+                for d in apps.list_namespaced_deployment(NS_D).items:
+                    s = d.status
+                    if d.metadata.name not in names:
+                        continue
+                    if want_gen and (s.observed_generation or 0) < want_gen[d.metadata.name]:
+                        continue
+                    if (s.available_replicas or 0) == 1 and (s.updated_replicas or 0) == 1 and (s.replicas or 0) == 1:
+                        done += 1
+                return done == len(names)
+            return check
+
+        n = args.n
+        names = {f"rt-{i:04d}" for i in range(n)}
+        cpu0 = [p.cpu() for p in procs]
+        req0 = sum(api_requests(scrape(port)) for port in metrics_ports)
+        t0 = time.monotonic()
+        parallel(lambda i: custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes", {
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": f"rt-{i:04d}"},
+            "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n)
+        wait(baton_ready(1, names), args.timeout, "baton: all Ready", every=2.0)
+        baton_create = time.monotonic() - t0
+        cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
+        req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
+
+        dnames = {f"d-{i:04d}" for i in range(n)}
+        t0 = time.monotonic()
+        parallel(lambda i: apps.create_namespaced_deployment(NS_D, {
+            "metadata": {"name": f"d-{i:04d}"},
+            "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
+                     "selector": {"matchLabels": {"app": "scale", "kind": "deployment", "d": f"d-{i:04d}"}},
+                     "template": {**template("example/tool:1", "deployment"),
+                                  "metadata": {"labels": {"app": "scale", "kind": "deployment", "d": f"d-{i:04d}"}}}}}),
+                 n)
+        wait(deploy_ready(dnames), args.timeout, "deployments: all available", every=2.0)
+        deploy_create = time.monotonic() - t0
+
+        k = min(args.changes, n)
+        changed = {f"rt-{i:04d}" for i in range(k)}
+        cpu1 = sum(p.cpu() for p in procs)
+        t0 = time.monotonic()
+        parallel(lambda i: custom.patch_namespaced_custom_object(
+            "baton.dev", "v1alpha1", NS_B, "toolruntimes", f"rt-{i:04d}",
+            {"spec": {"template": template("example/tool:2", "baton")}}), k)
+        wait(baton_ready(2, changed), args.timeout, "baton: changes converged", every=1.0)
+        baton_change = time.monotonic() - t0
+        cpu_change = sum(p.cpu() for p in procs) - cpu1
+
+        dchanged = {f"d-{i:04d}" for i in range(k)}
+        want: dict[str, int] = {}
+        t0 = time.monotonic()
+
+        def patch_deploy(i: int) -> None:
+            name = f"d-{i:04d}"
+            d = apps.patch_namespaced_deployment(name, NS_D, {"spec": {"template": {"spec": {
+                "containers": [{"name": "server", "image": "example/tool:2"}]}}}})
+            want[name] = d.metadata.generation
+        parallel(patch_deploy, k)
+        wait(deploy_ready(dchanged, want), args.timeout, "deployments: changes converged", every=1.0)
+        deploy_change = time.monotonic() - t0
+
+        time.sleep(5)
+        cpu2 = sum(p.cpu() for p in procs)
+        w0 = sum(api_requests(scrape(port), writes_only=True) for port in metrics_ports)
+        time.sleep(args.idle_seconds)
+        idle_cpu = sum(p.cpu() for p in procs) - cpu2
+        idle_writes = sum(api_requests(scrape(port), writes_only=True) for port in metrics_ports) - w0
+        rss = max(p.peak_rss_mib() for p in procs)
+
+        print(f"N={n}, changes={k}, replicas={args.replicas}, workers={args.workers} "
+              f"(same plane, same template; Baton first, then Deployments)")
+        print(f"{'':38} {'baton':>10} {'deploy':>10} {'ratio':>7}")
+        print(f"{'create N, all Ready (s)':38} {baton_create:10.1f} {deploy_create:10.1f} "
+              f"{baton_create / deploy_create:7.2f}")
+        print(f"{'K template changes converged (s)':38} {baton_change:10.1f} {deploy_change:10.1f} "
+              f"{baton_change / deploy_change:7.2f}")
+        print(f"{'operator CPU-s, create phase':38} {cpu_create:10.1f}")
+        print(f"{'operator CPU-s per runtime created':38} {cpu_create / n:10.4f}")
+        print(f"{'operator CPU-s, change phase':38} {cpu_change:10.1f}")
+        print(f"{'handoffs per second':38} {k / baton_change:10.2f}")
+        print(f"{'API requests per runtime created':38} {req_create / n:10.1f}")
+        print(f"{'operator peak RSS (MiB)':38} {rss:10.1f}")
+        print(f"{f'idle {args.idle_seconds}s: CPU-s (% of a core)':38} {idle_cpu:10.2f} "
+              f"({100 * idle_cpu / args.idle_seconds:.2f} %)")
+        print(f"{f'idle {args.idle_seconds}s: API writes':38} {idle_writes:10.0f}")
+        return 0
+    finally:
+        for op in ops:
+            op.terminate()
+        for op in ops:
+            try:
+                op.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                op.kill()
+        subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(work / "plane")],
+                       stdout=subprocess.DEVNULL)
+        print(f"(logs in {work})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The watch-fed views Baton reads, and the informers that fill them. Does I/O (watches).
+
+Selected on the server wherever the object carries Baton's label: pods, Leases, Services and
+EndpointSlices (the EndpointSlice controller copies a Service's labels onto its slices) by
+`baton.dev/runtime`; ToolRuntimes all (in the watched namespaces). ConfigMaps and Secrets carry
+the user's labels, not ours: watched only where the chart grants it, and stored as a digest of
+their data (never the data itself: Secrets stay out of the heap).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from baton.cache import informer as inf
+from baton.cache import store as st
+from baton.k8s import api as k8s_api
+from baton.k8s import configrefs
+
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+
+
+def _digest_only(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
+            "digest": configrefs.data_digest(obj)}
+
+
+class Views:
+    def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool) -> None:
+        self.namespaces = namespaces
+        self.runtimes = st.Store(index_label=None)
+        self.pods = st.Store()
+        self.leases = st.Store()
+        self.services = st.Store()
+        self.slices = st.Store(index_label=SERVICE_NAME_LABEL)
+        self.configmaps = st.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
+        self.secrets = st.Store(index_label=None, transform=_digest_only) if watch_secrets else None
+        self.informers: list[inf.Informer] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _kinds(self) -> list[tuple[str, str, str, st.Store, str | None]]:
+        kinds: list[tuple[str, str, str, st.Store, str | None]] = [
+            ("ToolRuntime", "baton.dev/v1alpha1", "toolruntimes", self.runtimes, None),
+            ("Pod", "v1", "pods", self.pods, st.RUNTIME_LABEL),
+            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, st.RUNTIME_LABEL),
+            ("Service", "v1", "services", self.services, st.RUNTIME_LABEL),
+            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, st.RUNTIME_LABEL),
+        ]
+        if self.configmaps is not None:
+            kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None))
+        if self.secrets is not None:
+            kinds.append(("Secret", "v1", "secrets", self.secrets, None))
+        return kinds
+
+    def start(self, api: k8s_api.Api) -> None:
+        scopes: tuple[str | None, ...] = self.namespaces or (None,)
+        for kind, gv, plural, store, selector in self._kinds():
+            for ns in scopes:
+                informer = inf.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
+                                        store=store, label_selector=selector)
+                self.informers.append(informer)
+                self._tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'}"))
+
+    async def wait_synced(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def config_lookup(self, kind: str, namespace: str, name: str) -> str | None:
+        """A referenced object's digest from the view, ABSENT, or None (no view: read it)."""
+        store = self.configmaps if kind == "ConfigMap" else self.secrets
+        if store is None:
+            return None
+        informers = [i for i in self.informers if i.store is store and i.namespace in (None, namespace)]
+        if not informers or not all(i.synced.is_set() and i.forbidden is None for i in informers):
+            return None
+        obj = store.get(namespace, name)
+        return configrefs.ABSENT if obj is None else str(obj["digest"])
