@@ -229,8 +229,7 @@ class Executor:
                 if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                     # Refused for good as sent (invalid pod, PodSecurity, quota): decide() records
                     # it, quoting the API server, and backs off with the Lease released.
-                    local.pod_rejected = client.short(exc)
-                    metrics.POD_REJECTIONS.inc()
+                    local.pod_rejected = client.short(exc)  # counted when decide() records it
                     raise Aborted(f"pod create refused: {local.pod_rejected}") from exc
                 raise
             log.info("created pod %s", action.manifest["metadata"]["name"], extra={"runtime": f"{ns}/{name}"})
@@ -334,5 +333,9 @@ class Executor:
             metrics.LOCK_TIMEOUTS.inc()
         elif action.metric == m.STEP_DURATION:
             metrics.STEP_DURATION.labels(**labels).observe(action.value)
+        elif action.metric == m.POD_REJECTIONS:
+            metrics.POD_REJECTIONS.inc()
+        elif action.metric == m.NAME_CONFLICTS:
+            metrics.NAME_CONFLICTS.labels(**labels).inc()
         elif action.metric == m.TRANSITIONS:
             metrics.TRANSITIONS.labels(replica=self.identity, **labels).inc()

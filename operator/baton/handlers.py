@@ -53,15 +53,18 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             "(kubectl apply -f crds/, or the Helm chart) before starting Baton"
         )
     runner = _runner()
-    metrics.REGISTRY.register(metrics.RuntimeCollector(runner.runtime_gauges))
-    runner.start()
+    if not runner.started:
+        # The ports first: a bind error fails startup before anything acts (kopf retries it).
+        metrics.REGISTRY.register(metrics.RuntimeCollector(runner.runtime_gauges))
+        await server.start(
+            metrics_bind=SETTINGS.metrics_bind,
+            health_bind=SETTINGS.health_bind,
+            is_healthy=lambda: (runner.started and not runner.shutting_down,
+                                "shutting down" if runner.shutting_down else ("ok" if runner.started else "starting")),
+        )
+        runner.start()
     if not await runner.views.wait_synced(SYNC_TIMEOUT_SECONDS):
         log.warning("views not filled within %.0fs; acting on what arrived (the rest follows)", SYNC_TIMEOUT_SECONDS)
-    await server.start(
-        metrics_bind=SETTINGS.metrics_bind,
-        health_bind=SETTINGS.health_bind,
-        is_healthy=lambda: (not runner.shutting_down, "shutting down" if runner.shutting_down else "ok"),
-    )
     log.info("baton started", extra={"identity": SETTINGS.identity, "namespaces": ",".join(SETTINGS.namespaces) or "*",
                                      "workers": SETTINGS.workers})
 

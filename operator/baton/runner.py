@@ -50,12 +50,16 @@ class Runner:
         # (namespace, kind, name) of a ConfigMap/Secret -> runtimes whose template references it
         self.config_users: dict[tuple[str, str, str], set[str]] = {}
         self.shutting_down = False
+        self.started = False
         self.busy = 0
         self._workers: list[asyncio.Task[None]] = []
 
     # --- wiring: view changes enqueue runtimes ---------------------------------------------------
 
     def start(self) -> None:
+        if self.started:
+            return
+        self.started = True
         v = self.views
         v.runtimes.listeners.append(self._on_runtime)
         v.pods.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))

@@ -76,6 +76,9 @@ def test_users_pod_with_the_runtimes_name_blocks_without_a_hot_loop(
     """A pod someone else made under the runtime's name: untouched, NameConflict reported once,
     no pod create loop; the runtime proceeds once it is removed."""
     rts.core.create_namespaced_pod(rts.ns, _user_pod("squat"))
+    # The kubelet (kwok) is done with it once it is Ready: from then on, only Baton could touch it.
+    wait_for(lambda: any(c.type == "Ready" and c.status == "True"
+                         for c in (rts.pod("squat").status.conditions or [])), timeout=20, what="user's pod Ready")
     user_rv = rts.pod("squat").metadata.resource_version
     op = operators("op-a")
     rts.create(baton.runtime_manifest("squat"))

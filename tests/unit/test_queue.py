@@ -120,14 +120,18 @@ def test_pass_budget_allows_a_burst_then_a_steady_rate() -> None:
     assert [budget.take("k") for _ in range(5)] == [0.0] * 5
     wait = budget.take("k")
     assert wait == pytest.approx(0.5)
+    assert budget.take("k") == pytest.approx(0.5)  # asking early: still the same wait
     clock.now += wait
-    assert budget.take("k") == pytest.approx(0.5)
-    # Over a long hot loop, passes a second approach the rate.
+    assert budget.take("k") == 0.0  # the throttled pass, back after its wait, is admitted
+    assert budget.take("k") == pytest.approx(0.5)  # the next one waits its turn
+    # Over a long hot loop, passes a second approach the rate, and every pass gets through.
     passes, t = 0, 0.0
     while t < 100:
         w = budget.take("k")
-        clock.now += w
-        t += w
+        if w > 0:
+            clock.now += w
+            t += w
+            assert budget.take("k") == 0.0
         passes += 1
     assert passes / t == pytest.approx(2.0, rel=0.05)
     assert budget.take("other") == 0.0  # per key

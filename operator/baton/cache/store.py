@@ -28,7 +28,12 @@ def key_of(obj: Obj) -> Key:
 
 
 class Store:
-    def __init__(self, *, index_label: str | None = RUNTIME_LABEL, transform: Callable[[Obj], Obj] | None = None) -> None:
+    def __init__(self, *, index_label: str | None = RUNTIME_LABEL, transform: Callable[[Obj], Obj] | None = None,
+                 selected_by: str | None = None) -> None:
+        """`selected_by`: the label its informer selects on. An object without it (a write's
+        reply after someone removed the label) is out of the selection: no watch event would
+        ever refresh it, so the store drops it instead of keeping a copy that goes stale."""
+        self._selected_by = selected_by
         self._objects: dict[Key, Obj] = {}
         self._index_label = index_label
         self._index: dict[Key, set[str]] = {}
@@ -73,6 +78,8 @@ class Store:
         """Keep `obj` if it is newer than what is stored; True if it changed the view."""
         if self._transform is not None:
             obj = self._transform(obj)
+        if self._selected_by is not None and self._selected_by not in ((obj.get("metadata") or {}).get("labels") or {}):
+            return self.delete(obj)
         key = key_of(obj)
         old = self._objects.get(key)
         rv = rv_of(obj)

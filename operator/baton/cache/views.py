@@ -30,10 +30,10 @@ class Views:
     def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool) -> None:
         self.namespaces = namespaces
         self.runtimes = st.Store(index_label=None)
-        self.pods = st.Store()
-        self.leases = st.Store()
-        self.services = st.Store()
-        self.slices = st.Store(index_label=SERVICE_NAME_LABEL)
+        self.pods = st.Store(selected_by=st.RUNTIME_LABEL)
+        self.leases = st.Store(selected_by=st.RUNTIME_LABEL)
+        self.services = st.Store(selected_by=st.RUNTIME_LABEL)
+        self.slices = st.Store(index_label=SERVICE_NAME_LABEL, selected_by=st.RUNTIME_LABEL)
         self.configmaps = st.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
         self.secrets = st.Store(index_label=None, transform=_digest_only) if watch_secrets else None
         self.informers: list[inf.Informer] = []

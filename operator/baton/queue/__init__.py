@@ -131,24 +131,35 @@ class Backoff(Generic[K]):
 
 @dataclasses.dataclass
 class PassBudget(Generic[K]):
-    """Per-key token bucket: `burst` passes at once, then `rate` a second."""
+    """Per-key token bucket: `burst` passes at once, then `rate` a second.
 
-    burst: float = 20.0
-    rate: float = 1.0
+    A pass that must wait reserves its token: coming back after the wait it is admitted, so a
+    throttled key always makes progress (never throttled again for the same pass)."""
+
+    burst: float = 30.0
+    rate: float = 2.0
     clock: Callable[[], float] = time.monotonic
     _state: dict[K, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    _reserved: dict[K, float] = dataclasses.field(default_factory=dict)
 
     def take(self, key: K) -> float:
-        """Seconds to wait before this key's next pass (0: go now); takes a token."""
+        """Seconds to wait before this key's next pass (0: go now)."""
         now = self.clock()
+        due = self._reserved.get(key)
+        if due is not None:
+            if now >= due:
+                del self._reserved[key]
+                return 0.0  # its token was taken when it was told to wait
+            return due - now
         tokens, at = self._state.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - at) * self.rate)
-        if tokens >= 1.0:
-            self._state[key] = (tokens - 1.0, now)
+        tokens = min(self.burst, tokens + max(0.0, now - at) * self.rate) - 1.0
+        self._state[key] = (tokens, now)
+        if tokens >= 0.0:
             return 0.0
-        wait = (1.0 - tokens) / self.rate
-        self._state[key] = (0.0, now + wait)
+        wait = -tokens / self.rate
+        self._reserved[key] = now + wait
         return wait
 
     def forget(self, key: K) -> None:
         self._state.pop(key, None)
+        self._reserved.pop(key, None)
