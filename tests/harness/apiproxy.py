@@ -222,6 +222,11 @@ class ApiProxy:
         with self._lock:
             return len(self._held)
 
+    def held(self) -> list[LogEntry]:
+        """Copies of the entries held right now."""
+        with self._lock:
+            return [replace(e) for e in self._held]
+
     def release(self, timeout: float = 15.0) -> list[LogEntry]:
         """Stop holding; send every held request upstream now. Waits (at most `timeout`) until
         each has the API server's answer (or an error) and returns their entries."""
@@ -404,16 +409,19 @@ class ApiProxy:
             async with upstream:
                 if self._dead(request, entry):
                     return self._finish(entry, resp)
+                if self._went_dark(entry):
+                    return await self._silence(entry, request)
                 await resp.prepare(request)
-                # Chunk by chunk: a watch is one long response.
+                # Chunk by chunk: a watch is one long response. Nothing more reaches the client
+                # once the proxy is blackholed: no chunk, not even the end of the stream.
                 async for chunk in upstream.content.iter_any():
-                    if self.blackholed:
-                        with self._lock:
-                            entry.blackholed = True
+                    if self._went_dark(entry):
                         return await self._silence(entry, request)
                     if self._dead(request, entry):
                         return self._finish(entry, resp)
                     await resp.write(chunk)
+                if self._went_dark(entry):
+                    return await self._silence(entry, request)
                 await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             with self._lock:
@@ -427,6 +435,12 @@ class ApiProxy:
             if request.transport is not None:
                 request.transport.close()
         return self._finish(entry, resp)
+
+    def _went_dark(self, entry: LogEntry) -> bool:
+        with self._lock:
+            if self._blackholed:
+                entry.blackholed = True
+            return self._blackholed
 
     def _dead(self, request: web.Request, entry: LogEntry) -> bool:
         if request.transport is None or request.transport.is_closing():
