@@ -125,18 +125,22 @@ def test_redirect_points_at_the_canary_which_counts_who_followed(canary: badprob
         assert seen.peer[0].startswith("127.")
 
 
-def test_idle_after_answers_503_then_200() -> None:
+def test_idle_after_answers_503_while_busy() -> None:
+    with badprobe.idle_after(POD_IP, 0, seconds=3600) as srv:
+        assert _get(*srv.address) == (503, b"busy")
+        assert [c.answered for c in srv.connections()] == [503]
+
+
+def test_idle_after_answers_200_once_its_time_has_come_and_never_503_after() -> None:
     with badprobe.idle_after(POD_IP, 0, seconds=1.0) as srv:
-        t0 = time.monotonic()
-        status, body = _get(*srv.address)
-        if time.monotonic() - t0 < 1.0:  # answered before the deadline (always, unless starved)
-            assert (status, body) == (503, b"busy")
-        wait_for(lambda: _get(*srv.address)[0] == 200, timeout=5, interval=0.1,
+        wait_for(lambda: _get(*srv.address) == (200, b"idle"), timeout=5, interval=0.1,
                  what="idle after 1 s")
-        assert time.monotonic() - (srv.started or 0) >= 1.0
+        assert srv.started is not None and time.monotonic() - srv.started >= 1.0
+        for _ in range(3):
+            assert _get(*srv.address)[0] == 200
         answers = [c.answered for c in srv.connections()]
-        assert answers[-1] == 200 and set(answers) <= {503, 200}
-        assert answers == sorted(answers, key=lambda s: s == 200), "never 503 after a 200"
+        assert set(answers) <= {503, 200} and answers[-4:] == [200] * 4
+        assert answers == sorted(answers, key=lambda s: s == 200), "a 503 after a 200"
 
 
 def test_stop_closes_the_listener_and_cuts_open_connections() -> None:
