@@ -8,6 +8,7 @@ then, from its own thread:
 - ``hold(predicate)``: requests matching the predicate are not sent upstream; ``held_count()``
   says how many wait; ``release()`` sends them upstream late (also when their client gave up)
   and returns their log entries, each with the status the API server answered (e.g. 409);
+- ``delay(predicate, seconds)``: matching requests are forwarded that much later;
 - ``blackhole()`` / ``restore()``: requests are accepted and never answered nor forwarded, and
   streams already open stop delivering (a half-open network); ``restore()`` forwards new
   requests again (what was blackholed stays dead, as a half-open connection does);
@@ -70,6 +71,7 @@ class LogEntry:
     answered: float | None = None    # when the API server's status line arrived
     finished: float | None = None    # when the proxy was done with it
     held: bool = False               # was held by a hold() predicate
+    delayed: float = 0.0             # seconds a delay() held it back before forwarding
     released: float | None = None    # when release() let it go upstream
     blackholed: bool = False         # accepted and never answered (or its stream was cut)
     dropped: bool = False            # still held or blackholed when the proxy stopped
@@ -151,6 +153,7 @@ class ApiProxy:
         self._ids = itertools.count(1)
         self._log: list[LogEntry] = []
         self._hold: Callable[[RequestInfo], bool] | None = None
+        self._delay: tuple[Callable[[RequestInfo], bool], float] | None = None
         self._held: list[LogEntry] = []
         self._blackholed = False
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -217,6 +220,14 @@ class ApiProxy:
         """From now on, requests matching `predicate` wait in the proxy until release()."""
         with self._lock:
             self._hold = predicate
+
+    def delay(self, predicate: Callable[[RequestInfo], bool] | None, seconds: float = 0.0) -> None:
+        """From now on, requests matching `predicate` are sent upstream `seconds` late (None:
+        no more delays). A hold or blackhole takes precedence."""
+        if predicate is not None and seconds <= 0:
+            raise ValueError("a delay must be positive")
+        with self._lock:
+            self._delay = None if predicate is None else (predicate, seconds)
 
     def held_count(self) -> int:
         with self._lock:
@@ -340,6 +351,9 @@ class ApiProxy:
             self._log.append(entry)
             blackholed = self._blackholed
             held = not blackholed and self._hold is not None and self._hold(entry.info)
+            delay = self._delay
+            if not blackholed and not held and delay is not None and delay[0](entry.info):
+                entry.delayed = delay[1]
             if blackholed:
                 entry.blackholed = True
             elif held:
@@ -365,6 +379,15 @@ class ApiProxy:
             with self._lock:
                 # The client may have given up while the request was held.
                 entry.client_gone = request.transport is None or request.transport.is_closing()
+        if entry.delayed:
+            try:
+                await asyncio.wait_for(self._stopping.wait(), entry.delayed)
+            except asyncio.TimeoutError:
+                pass
+            if self._stopping.is_set():
+                with self._lock:
+                    entry.dropped = True
+                return self._finish(entry, web.Response(status=503, text="api proxy stopped"))
         return await self._forward(entry, request, body)
 
     async def _silence(self, entry: LogEntry, request: web.Request) -> web.StreamResponse:
