@@ -208,11 +208,16 @@ class ApiProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def api_client(self) -> client.ApiClient:
-        """A kubernetes ApiClient that goes through the proxy (plain http, no credentials)."""
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=self.kubeconfig, persist_config=False)
-        return api
+    def api_client(self, *, retries: int | bool | None = None) -> client.ApiClient:
+        """A kubernetes ApiClient that goes through the proxy (plain http, no credentials).
+
+        `retries` is urllib3's: by default (None) the client retries a failed or timed-out
+        request 3 times, so one blackholed GET costs four read timeouts; False: no retry."""
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=self.kubeconfig,  # type: ignore[no-untyped-call]
+                                client_configuration=cfg, persist_config=False)
+        cfg.retries = retries
+        return client.ApiClient(cfg)
 
     # -- controls (any thread)
 
@@ -301,6 +306,13 @@ class ApiProxy:
         try:
             loop.run_until_complete(self._main(sock))
         finally:
+            # Whatever still runs (a handler of a connection the server did not close in
+            # time) is cancelled, not abandoned with the loop.
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for t in pending:
+                t.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
@@ -320,7 +332,7 @@ class ApiProxy:
             self._runner = web.AppRunner(app, handle_signals=False, access_log=None,
                                          shutdown_timeout=2.0, handler_cancellation=False)
             await self._runner.setup()
-            await web.SockSite(self._runner, sock, shutdown_timeout=2.0).start()
+            await web.SockSite(self._runner, sock).start()
         except BaseException as e:  # noqa: BLE001 - reported to start()
             self._start_error = e
             self._ready.set()
@@ -411,10 +423,13 @@ class ApiProxy:
                    and k.lower() != "authorization"}
         if self._upstream.authorization:
             headers["Authorization"] = self._upstream.authorization
+        # The kubernetes client sends JSON bodies without a Content-Type (the API server then
+        # assumes JSON); aiohttp would label them application/octet-stream (the API server: 415).
+        skip = () if "Content-Type" in request.headers else ("Content-Type",)
         try:
             upstream = await self._session.request(
                 request.method, self._upstream.base + request.raw_path, headers=headers,
-                data=body if body else None, allow_redirects=False)
+                data=body if body else None, allow_redirects=False, skip_auto_headers=skip)
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError, RuntimeError) as e:
             with self._lock:
                 entry.error = f"{type(e).__name__}: {e}"
@@ -443,7 +458,9 @@ class ApiProxy:
                     if self._dead(request, entry):
                         return self._finish(entry, resp)
                     await resp.write(chunk)
-                if self._went_dark(entry):
+                # A chunked stream's end is a message too (the terminating chunk); a response
+                # of known length is complete once its bytes are out.
+                if resp.content_length is None and self._went_dark(entry):
                     return await self._silence(entry, request)
                 await resp.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
