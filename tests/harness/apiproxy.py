@@ -245,7 +245,8 @@ class ApiProxy:
 
     def release(self, timeout: float = 15.0) -> list[LogEntry]:
         """Stop holding; send every held request upstream now. Waits (at most `timeout`) until
-        each has the API server's answer (or an error) and returns their entries."""
+        each has the API server's answer (or an error) and returns their entries. While the
+        proxy is blackholed, the blackhole wins: released requests are swallowed, not sent."""
         with self._lock:
             self._hold = None
             released = list(self._held)
@@ -258,7 +259,8 @@ class ApiProxy:
         deadline = time.monotonic() + timeout
         for _ in range(int(timeout / 0.05) + 1):
             entries = [e for e in self.log() if e.id in ids]
-            if all(e.status is not None or e.error is not None or e.dropped for e in entries):
+            if all(e.status is not None or e.error is not None or e.dropped or e.blackholed
+                   for e in entries):
                 return entries
             if time.monotonic() >= deadline:
                 break
@@ -419,6 +421,8 @@ class ApiProxy:
 
     async def _forward(self, entry: LogEntry, request: web.Request, body: bytes) -> web.StreamResponse:
         assert self._session is not None and self._stopping is not None
+        if self._went_dark(entry):  # released or delayed into a blackhole: it wins
+            return await self._silence(entry, request)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP
                    and k.lower() != "authorization"}
         if self._upstream.authorization:

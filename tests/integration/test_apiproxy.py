@@ -126,6 +126,31 @@ def test_blackhole_times_requests_out_until_restore(proxy: ApiProxy, namespace: 
         == [200, None, 200]
 
 
+def test_a_request_released_into_a_blackhole_is_swallowed(proxy: ApiProxy, namespace: str) -> None:
+    core = client.CoreV1Api(proxy.api_client(retries=False))
+    ns_path = f"/api/v1/namespaces/{namespace}"
+    proxy.hold(matching("GET", ns_path))
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            core.read_namespace(namespace, _request_timeout=(5, 30))
+        except BaseException as e:  # noqa: BLE001 - cut at the proxy's stop (teardown)
+            outcome.append(e)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    wait_for(lambda: proxy.held_count() == 1, timeout=10, what="GET held")
+    proxy.blackhole()
+    [entry] = proxy.release()
+    assert entry.held and entry.blackholed and entry.status is None and entry.answered is None
+    proxy.restore()
+    # Later requests are answered again; the swallowed one never is (its client still waits).
+    assert core.read_namespace(namespace, _request_timeout=5).metadata.name == namespace
+    assert t.is_alive() and not outcome
+    assert [e.status for e in proxy.requests(matching("GET", ns_path))] == [None, 200]
+
+
 def test_delay_forwards_matching_requests_late(proxy: ApiProxy, namespace: str) -> None:
     core = client.CoreV1Api(proxy.api_client())
     proxy.delay(matching("GET", f"/api/v1/namespaces/{namespace}"), 1.5)
