@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from harness.chart import CHART, ROOT, helm
+from harness.prometheus import stuck_threshold_in_runbook
 from harness.tools import pinned_tool
 
 TEST_FILE = ROOT / "tests" / "alerts" / "baton-alerts.test.yaml"
@@ -121,17 +122,8 @@ def test_prometheus_rule_without_an_absolute_runbook_url_is_refused(base: str | 
         args += ["--set", f"prometheusRule.runbookBaseUrl={base}"]
     proc = helm(*args, check=False)
     assert proc.returncode != 0
-    assert "prometheusRule.runbookBaseUrl" in proc.stderr, proc.stderr
-
-
-def stuck_threshold_in_runbook() -> list[str]:
-    """The budgets whose sum docs/runbooks.md says BatonTransitionStuck compares with, e.g.
-    ["lockSeconds", "connectSeconds", ...] (test_alerts_live checks the operator's gauge is that sum)."""
-    runbook = (ROOT / "docs" / "runbooks.md").read_text()
-    section = runbook.split("## BatonTransitionStuck", 1)[1].split("\n## ", 1)[0]
-    m = re.search(r"sum of the runtime's budgets \(`([^`]*)`\)", " ".join(section.split()))
-    assert m, "the BatonTransitionStuck runbook no longer states the sum of budgets"
-    return [t.strip() for t in m.group(1).split("+")]
+    # Empty: the template's message; relative: the schema's pattern. Both name the value.
+    assert re.search(r"prometheusRule[./]runbookBaseUrl", proc.stderr), proc.stderr
 
 
 def test_stuck_alert_description_names_the_runbooks_sum_of_budgets() -> None:
