@@ -95,6 +95,8 @@ schema = {
             "operatorDownFor": dur,
         }),
     }),
+    "grafanaDashboard": obj({"enabled": b(""), "namespace": {**dns1123, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"},
+                             "labels": strmap, "annotations": strmap}),
     # Helm hands a parent chart's `global` values to every subchart: their shape is the parent's,
     # so this one object is not closed. Baton uses nothing in it.
     "global": {"type": "object", "description": "Reserved by Helm for parent charts; unused."},
