@@ -44,6 +44,7 @@ def fresh_env(shim_dir: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a venv from scratch (pip's cache may be cold) plus the demo
 def test_make_demo_on_a_fresh_clone_sets_itself_up_and_passes(tmp_path: Path) -> None:
     head = git("rev-parse", "HEAD")
     clone = tmp_path / "baton"
