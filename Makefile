@@ -1,45 +1,61 @@
-# Baton developer entry points. `make test` is the one command CI runs (.ci/run).
+# Baton developer entry points. `make test` is the one command CI runs (.ci/run); `make test` and
+# `make demo` set up everything they need themselves: the venv (from pyproject.toml, kubectl
+# included) and the pinned Go builds (make tools). Needs Go 1.26, make, python3 (>= 3.11), openssl.
 SHELL := bash
 .DEFAULT_GOAL := help
-PY ?= .venv/bin/python
+VENV := .venv
+PY ?= $(VENV)/bin/python
 PYTEST_ARGS ?= -q
 CLUSTER_DIR ?= .baton
+# The venv is a real prerequisite: made, and re-installed whenever pyproject.toml changes, through
+# this stamp. With PY pointing elsewhere, that interpreter is used as it is.
+VENV_STAMP := $(VENV)/.installed
+PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help tools cluster-up cluster-down test test-unit test-integration lint demo bench bench-scale
+.PHONY: help venv tools cluster-up cluster-down test test-unit test-integration lint demo bench bench-scale
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-tools: ## build the pinned etcd, kube-*, kwok, helm into ~/.cache/baton (once)
+# Output goes to stderr: `$(make -s cluster-up)` must print the kubeconfig path only.
+$(VENV_STAMP): pyproject.toml
+	@echo "venv: installing $(VENV) from pyproject.toml (.[test])" >&2
+	@[[ -x $(VENV)/bin/python ]] || python3 -m venv $(VENV) >&2
+	@$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]' >&2
+	@touch $@
+
+venv: $(VENV_STAMP) ## the Python venv in .venv (operator, test tools, kubectl), redone when pyproject.toml changes
+
+tools: ## build the pinned etcd, kube-*, kwok, helm, promtool, prometheus into ~/.cache/baton (once)
 	@bin="$$(bash hack/build-tools.sh)" && echo "tools: $$bin" >&2
 
-cluster-up: tools ## start the local control plane; prints $(CLUSTER_DIR)/kubeconfig
+cluster-up: $(PY_DEPS) tools ## start the local control plane; prints $(CLUSTER_DIR)/kubeconfig
 	@$(PY) hack/cluster.py up --dir $(CLUSTER_DIR)
 
 cluster-down: ## stop the local control plane started by cluster-up
-	@$(PY) hack/cluster.py down --dir $(CLUSTER_DIR)
+	@python3 hack/cluster.py down --dir $(CLUSTER_DIR)
 
-test: tools lint ## lint, then all tests (unit, integration against a fresh local plane)
+test: $(PY_DEPS) tools lint ## lint, then all tests (unit, integration against a fresh local plane)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-lint: ## mypy (strict) and import-linter layering contracts
+lint: $(PY_DEPS) ## mypy (strict) and import-linter layering contracts
 	PY=$(PY) bash hack/lint.sh
 
-demo: tools ## Baton end to end on a throwaway local plane (handoff, stuck pod, force recovery)
+demo: $(PY_DEPS) tools ## Baton end to end on a throwaway local plane (handoff, stuck pod, force recovery)
 	$(PY) hack/demo.py
 
-bench: tools ## handoff latency beside a Recreate Deployment (prints p50/p95 and the ratio)
+bench: $(PY_DEPS) tools ## handoff latency beside a Recreate Deployment (prints p50/p95 and the ratio)
 	$(PY) bench/handoff_latency.py
 
 N ?= 1000
 CHANGES ?= 100
 REPLICAS ?= 1
 WORKERS ?= 8
-bench-scale: tools ## N runtimes and K changes beside N Recreate Deployments (make bench-scale N=1000 CHANGES=100)
+bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Deployments (make bench-scale N=1000 CHANGES=100)
 	$(PY) bench/scale.py --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS)
 
-test-unit: ## unit tests only (no cluster)
+test-unit: $(PY_DEPS) ## unit tests only (no cluster)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: tools ## integration and e2e tests (marker `integration`)
+test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integration`)
 	$(PY) -m pytest tests $(PYTEST_ARGS) -m integration

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# Build the pinned control-plane binaries from the Go module proxy into a cache outside the
-# work tree (default ~/.cache/baton/k8s/<versions-hash>/bin). Idempotent: a finished build is
-# marked by a stamp file and never redone. Prints the bin directory on stdout.
-#   hack/build-tools.sh                  build what is missing, print the bin directory
-#   hack/build-tools.sh --print-bin-dir  print it only if everything is built (exit 3 if not)
+# Build the pinned tools from the Go module proxy into a cache outside the work tree. Idempotent:
+# each finished build is marked by a stamp file and never redone.
+#   hack/build-tools.sh                   build what is missing, print the control plane's bin dir
+#   hack/build-tools.sh --print-bin-dir   print that dir only if its tools are built (exit 3 if not)
+#   hack/build-tools.sh --only SET...     build only these sets (control-plane, prometheus), print nothing
+#   hack/build-tools.sh --print-tool NAME print the path of one tool (etcd, kube-apiserver, kwok,
+#                                         helm, promtool, prometheus...) only if built (exit 3 if not)
+# Two cache directories under ${BATON_TOOLS_CACHE:-~/.cache/baton/k8s}:
+#   <k8s version>-<key>/bin     etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+#                               kwok, helm; key: hash of versions.env *above* its "own cache key"
+#                               marker line, plus RECIPE
+#   prometheus-<version>-<key>/bin  promtool, prometheus; key: that version plus PROM_RECIPE
+# so adding or bumping a tool below the marker never invalidates the control plane's 7-minute build.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -11,21 +19,39 @@ source "$here/versions.env"
 # Bump when the build commands below change in a way that changes the binaries: the cache key
 # is the versions plus this number, so editing comments or options of this script rebuilds nothing.
 RECIPE=1
-key="$( { cat "$here/versions.env"; echo "recipe=$RECIPE"; } | sha256sum | cut -c1-12)"
-root="${BATON_TOOLS_CACHE:-$HOME/.cache/baton/k8s}/${KUBERNETES_VERSION}-${key}"
+PROM_RECIPE=1
+cache="${BATON_TOOLS_CACHE:-$HOME/.cache/baton/k8s}"
+key="$( { sed '/^# --- own cache key/,$d' "$here/versions.env"; echo "recipe=$RECIPE"; } | sha256sum | cut -c1-12)"
+root="$cache/${KUBERNETES_VERSION}-${key}"
 bin="$root/bin"
+prom_key="$(echo "prometheus=$PROMETHEUS_VERSION recipe=$PROM_RECIPE" | sha256sum | cut -c1-12)"
+prom_bin="$cache/prometheus-${PROMETHEUS_VERSION}-${prom_key}/bin"
 log() { echo "[build-tools] $*" >&2; }
-stamp() { [[ -f "$bin/.$1.ok" ]]; }
+stamp() { [[ -f "${2:-$bin}/.$1.ok" ]]; }
 if [[ "${1:-}" == "--print-bin-dir" ]]; then
   for t in etcd kwok helm kubernetes; do
     stamp "$t" || { echo "[build-tools] $t is not built in $bin: run make tools" >&2; exit 3; }
   done
   echo "$bin"; exit 0
 fi
-mkdir -p "$bin" "$root/src"
+if [[ "${1:-}" == "--print-tool" ]]; then
+  name="${2:?--print-tool needs a tool name}"
+  case "$name" in
+    promtool|prometheus) dir="$prom_bin"; st="$name" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler) dir="$bin"; st=kubernetes ;;
+    etcd|kwok|helm) dir="$bin"; st="$name" ;;
+    *) echo "[build-tools] unknown tool $name" >&2; exit 2 ;;
+  esac
+  stamp "$st" "$dir" && [[ -x "$dir/$name" ]] || { echo "[build-tools] $name is not built in $dir: run make tools" >&2; exit 3; }
+  echo "$dir/$name"; exit 0
+fi
+only=()
+if [[ "${1:-}" == "--only" ]]; then shift; only=("$@"); fi
+command -v go >/dev/null || { log "Go (1.26) is required on PATH to build the pinned tools"; exit 1; }
+mkdir -p "$bin" "$root/src" "$prom_bin"
 export CGO_ENABLED=0 GOFLAGS=-mod=mod GOTOOLCHAIN=local
 
-done_() { touch "$bin/.$1.ok"; }
+done_() { touch "${2:-$bin}/.$1.ok"; }
 
 build_kubernetes() {
   stamp kubernetes && return 0
@@ -75,9 +101,38 @@ build_gobin() { # name module version [extra ldflags]
   done_ "$1"
 }
 
-build_etcd
-build_gobin kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
-build_gobin helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
-  "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-build_kubernetes
-echo "$bin"
+build_prometheus() { # promtool and the server (no web UI assets), in one go install
+  stamp promtool "$prom_bin" && stamp prometheus "$prom_bin" && return 0
+  # Prometheus release x.y.z is published as Go module version v0.(100x+y).z.
+  local m="${PROMETHEUS_VERSION#v0.}" ver
+  ver="$(( ${m%%.*} / 100 )).$(( ${m%%.*} % 100 )).${m##*.}"
+  local v=github.com/prometheus/common/version
+  log "building promtool and prometheus $ver ($PROMETHEUS_VERSION)"
+  GOFLAGS= GOBIN="$prom_bin" go install -trimpath \
+    -ldflags "-s -w -X $v.Version=$ver -X $v.Branch=HEAD -X $v.Revision=$PROMETHEUS_VERSION -X $v.BuildUser=baton -X $v.BuildDate=19700101-00:00:00" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+  done_ promtool "$prom_bin"; done_ prometheus "$prom_bin"
+}
+
+build_control_plane() {
+  build_etcd
+  build_gobin kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+  build_gobin helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION" \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  build_kubernetes
+}
+
+# Each set builds under a lock on its directory: a second `make tools` started meanwhile (another
+# checkout, a test's fresh clone) waits, then finds the stamps.
+locked() { # dir function
+  ( flock 9; "$2" ) 9>"$1/.lock"
+}
+
+wanted() { [[ ${#only[@]} -eq 0 ]] || [[ " ${only[*]} " == *" $1 "* ]]; }
+for set_ in "${only[@]}"; do
+  [[ "$set_" == control-plane || "$set_" == prometheus ]] || { log "unknown set $set_ (control-plane, prometheus)"; exit 2; }
+done
+wanted control-plane && locked "$bin" build_control_plane
+wanted prometheus && locked "$prom_bin" build_prometheus
+[[ ${#only[@]} -gt 0 ]] || echo "$bin"

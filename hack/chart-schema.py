@@ -83,7 +83,9 @@ schema = {
     "metrics": obj({"service": obj({"enabled": b(""), "port": i("", minimum=1, maximum=65535)})}),
     "serviceMonitor": obj({"enabled": b(""), "interval": dur, "scrapeTimeout": dur, "labels": strmap}),
     "prometheusRule": obj({
-        "enabled": b(""), "labels": strmap, "runbookBaseUrl": s("", minLength=1),
+        "enabled": b(""), "labels": strmap,
+        "runbookBaseUrl": s("Absolute URL of docs/runbooks.md; required when enabled (the template fails without it).",
+                            pattern=r"^(https?://[^/#?\s]+.*)?$"),
         "scrapeJob": s("job label of the operator's scrape target; empty: the metrics Service name"),
         "additionalAlertLabels": strmap,
         "alerts": obj({
@@ -93,6 +95,8 @@ schema = {
             "operatorDownFor": dur,
         }),
     }),
+    "grafanaDashboard": obj({"enabled": b(""), "namespace": {**dns1123, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"},
+                             "labels": strmap, "annotations": strmap}),
     # Helm hands a parent chart's `global` values to every subchart: their shape is the parent's,
     # so this one object is not closed. Baton uses nothing in it.
     "global": {"type": "object", "description": "Reserved by Helm for parent charts; unused."},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -77,6 +78,12 @@ def ready_generation(n: int) -> Callable[[], bool]:
     return check
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def main() -> int:
     global ENV
     tools = subprocess.run(["bash", str(ROOT / "hack" / "build-tools.sh")], capture_output=True, text=True,
@@ -95,15 +102,17 @@ def main() -> int:
         sh("kubectl", "wait", "--for=condition=established", "crd/toolruntimes.baton.dev", "--timeout=30s")
         sh("kubectl", "create", "namespace", NS)
         print("\n== running the operator (python -m baton), log in .baton/demo/operator.log")
-        env = dict(ENV, BATON_INSTANCE_ID="demo", BATON_METRICS_BIND="127.0.0.1:18780",
-                   BATON_HEALTH_BIND="127.0.0.1:18781", BATON_LEASE_SECONDS="5",
+        # Free ports: another checkout's demo or test run may be using fixed ones.
+        health = free_port()
+        env = dict(ENV, BATON_INSTANCE_ID="demo", BATON_METRICS_BIND=f"127.0.0.1:{free_port()}",
+                   BATON_HEALTH_BIND=f"127.0.0.1:{health}", BATON_LEASE_SECONDS="5",
                    BATON_PROBE_ALLOWED_CIDRS="127.0.0.0/8")
         operator = subprocess.Popen([PY, "-m", "baton"], env=env, stdout=open(DIR / "operator.log", "wb"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
 
         def healthy() -> bool:
             try:
-                with urllib.request.urlopen("http://127.0.0.1:18781/healthz", timeout=1) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1) as r:
                     return r.status == 200
             except OSError:
                 return False
@@ -123,7 +132,8 @@ def main() -> int:
            "--sort-by=.lastTimestamp", "-o", "custom-columns=TYPE:.type,REASON:.reason,MESSAGE:.message")
 
         print("\n== 3. a stuck pod: generation 2 gets a finalizer nobody removes, then the template changes")
-        sh("kubectl", "patch", "pod", "search-mcp", "-n", NS, "--type=merge",
+        serving = (status().get("current") or {})["pod"]
+        sh("kubectl", "patch", "pod", serving, "-n", NS, "--type=merge",
            "-p", '{"metadata":{"finalizers":["demo.baton.dev/stuck"]}}')
         sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.6.0")
 

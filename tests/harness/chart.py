@@ -24,16 +24,9 @@ CRD_NAME = "toolruntimes.baton.dev"
 
 def helm_bin() -> str:
     """Path of the pinned helm; AssertionError with the fix when it is not built."""
-    from harness.cluster import load_plane_module
+    from harness.tools import pinned_tool
 
-    plane = load_plane_module()
-    try:
-        bin_dir = plane.find_bin_dir()
-    except plane.PlaneError as e:
-        raise AssertionError(f"helm is not built: {e}") from e
-    helm = bin_dir / "helm"
-    assert helm.exists(), f"{helm} missing: run `make tools`"
-    return str(helm)
+    return pinned_tool("helm")
 
 
 def helm(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:

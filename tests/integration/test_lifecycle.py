@@ -55,7 +55,12 @@ def test_template_change_hands_off_one_generation_at_a_time(
     assert entry["generation"] == 1 and entry["uid"] == g1_uid and entry["outcome"] == "Retired"
     assert st2["latestGeneration"] == 2 and st2["fencingToken"] > st1["fencingToken"]
     assert op.metric("baton_handoffs_total", outcome="Retired") == 1
-    assert op.metric("baton_step_duration_seconds_count", step="AwaitingPodGone") >= 1
+    # Each step of the retire is timed when it is left, and all three were left before g2's pod
+    # was created. Whether AwaitingPodGone is passed through at all depends on whether the old
+    # pod was still there when the operator looked after its delete: timing the test does not
+    # control, so it is not asserted.
+    for step in ("StoppingAdmission", "Draining", "Terminating"):
+        assert op.metric("baton_step_duration_seconds_count", step=step) >= 1, step
 
 
 def test_idle_runtime_costs_no_writes(operators: Start, rts: baton.Runtimes, cluster: Any,
