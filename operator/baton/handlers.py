@@ -62,7 +62,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     await server.start(
         metrics_bind=SETTINGS.metrics_bind,
         health_bind=SETTINGS.health_bind,
-        is_healthy=lambda: (not _runner().shutting_down, "shutting down" if _runner().shutting_down else "ok"),
+        is_ready=lambda: (not _runner().shutting_down, "shutting down" if _runner().shutting_down else "ok"),
     )
     log.info("baton started", extra={"identity": SETTINGS.identity, "namespaces": ",".join(SETTINGS.namespaces) or "*"})
 
