@@ -263,4 +263,4 @@ class Executor:
         elif action.metric == m.STEP_DURATION:
             metrics.STEP_DURATION.labels(**labels).observe(action.value)
         elif action.metric == m.TRANSITIONS:
-            metrics.TRANSITIONS.labels(replica=self.identity, **labels).inc()
+            metrics.TRANSITIONS.labels(**labels).inc()
