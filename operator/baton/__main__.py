@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, cast
 
 import kopf
 
-from baton import handlers, logs, metrics, settings as settings_mod
+import baton
+from baton import handlers, logs, settings as settings_mod
 from baton.k8s import client
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baton", description="Baton: tool-runtime generations, one at a time.")
     parser.add_argument("--namespace", action="append", default=[],
                         help="watch only this namespace (repeatable; default: BATON_NAMESPACES, else all)")
-    parser.add_argument("--version", action="version", version=f"baton {metrics.version()}")
+    parser.add_argument("--version", action="version", version=f"baton {baton.version()}")
     args = parser.parse_args(argv)
     settings = settings_mod.Settings.from_env()
     if args.namespace:

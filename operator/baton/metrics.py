@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import pathlib
 import time
 from typing import Callable, Iterable
@@ -10,12 +9,7 @@ from typing import Callable, Iterable
 import prometheus_client
 from prometheus_client import core as prom_core
 
-
-def version() -> str:
-    try:
-        return importlib.metadata.version("baton")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree without installing
-        return "0.0.0+unknown"
+import baton
 
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
@@ -26,7 +20,7 @@ prometheus_client.PlatformCollector(registry=REGISTRY)
 prometheus_client.GCCollector(registry=REGISTRY)
 
 BUILD_INFO = prometheus_client.Info("baton_build", "The running Baton's version.", registry=REGISTRY)
-BUILD_INFO.info({"version": version()})
+BUILD_INFO.info({"version": baton.version()})
 
 LOCK_WAIT = prometheus_client.Histogram(
     "baton_lock_wait_seconds", "Time from wanting a runtime's lifecycle Lease to holding it.",

@@ -12,6 +12,7 @@ import pytest
 from aiohttp import test_utils
 from prometheus_client import parser as prom_parser
 
+import baton
 from baton import metrics, server
 
 
@@ -29,8 +30,8 @@ def test_registry_has_process_python_and_build_info() -> None:
     assert fams["baton_build_info"].type == "gauge"
     [sample] = fams["baton_build_info"].samples
     assert sample.name == "baton_build_info" and sample.value == 1.0
-    assert sample.labels == {"version": metrics.version()}
-    assert metrics.version() != "0.0.0+unknown"  # the test venv installs the package
+    assert sample.labels == {"version": baton.version()}
+    assert baton.version() != "0.0.0+unknown"  # the test venv installs the package
 
 
 def test_transitions_carry_no_replica_label() -> None:
