@@ -1,0 +1,108 @@
+"""The operator as a real process: every line it prints is one JSON object with the agreed fields
+(kopf's records too), and /metrics, /livez, /readyz answer as the chart and Prometheus expect."""
+from __future__ import annotations
+
+import datetime
+import gzip
+import json
+import signal
+import urllib.request
+from typing import Any, Callable
+
+from prometheus_client import parser as prom_parser
+
+import baton as baton_pkg
+from harness import baton
+
+Start = Callable[..., baton.OperatorProcess]
+SEVERITIES = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+
+
+def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return r.status, dict(r.headers), r.read()
+
+
+def test_operator_logs_are_json_lines_and_metrics_are_complete(
+        operators: Start, rts: baton.Runtimes, namespace: str) -> None:
+    # DEBUG: kopf's own per-object records (with their object reference) are printed too.
+    op = operators("op-obs", env={"BATON_LOG_LEVEL": "DEBUG"})
+    rts.create(baton.runtime_manifest("observed"))
+    st = rts.wait_ready("observed", 1)
+    conditions = {c["type"]: c["status"] for c in st["conditions"]}
+    assert conditions["Ready"] == "True" and conditions["CleanupFailed"] == "False"
+
+    base = f"http://127.0.0.1:{op.metrics_port}/metrics"
+    status, headers, body = _get(base)
+    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    fams = {f.name: f for f in prom_parser.text_string_to_metric_families(body.decode())}
+    expected_types = {
+        "process_resident_memory_bytes": "gauge", "process_cpu_seconds": "counter",
+        "process_open_fds": "gauge", "process_max_fds": "gauge", "python_info": "gauge",
+        "python_gc_collections": "counter", "baton_build_info": "gauge",
+        "baton_runtime_condition": "gauge", "baton_runtimes": "gauge",
+        "baton_lock_wait_seconds": "histogram", "baton_step_duration_seconds": "histogram",
+        "baton_transitions": "counter", "baton_handoffs": "counter", "baton_cleanup_failures": "counter",
+        "baton_force_recoveries": "counter", "baton_stale_verbs": "counter",
+        "baton_lease_conflicts": "counter", "baton_shutting_down": "gauge",
+    }
+    assert {n: fams[n].type for n in expected_types if n in fams} == expected_types, sorted(fams)
+    [build] = fams["baton_build_info"].samples
+    assert build.labels == {"version": baton_pkg.version()} and build.value == 1.0
+
+    # One-hot, like kube-state-metrics: every condition of the runtime has a true, a false and an
+    # unknown series, and only the one matching the status in the API is 1.
+    per = {(s.labels["condition"], s.labels["status"]): s.value
+           for s in fams["baton_runtime_condition"].samples
+           if s.labels["namespace"] == namespace and s.labels["runtime"] == "observed"}
+    assert {c for c, _ in per} == set(conditions)
+    for cond, value in conditions.items():
+        hot = value.lower()
+        assert {s: per[(cond, s)] for s in ("true", "false", "unknown")} == {
+            s: (1.0 if s == hot else 0.0) for s in ("true", "false", "unknown")}, cond
+    # The transition that started generation 1 was counted, without a label naming the replica.
+    [began] = [s for s in fams["baton_transitions"].samples if s.name == "baton_transitions_total"]
+    assert set(began.labels) == {"kind"} and began.value >= 1
+
+    status, headers, body = _get(base, {"Accept-Encoding": "gzip"})
+    assert headers.get("Content-Encoding") == "gzip"
+    assert b"baton_runtime_condition{" in gzip.decompress(body)
+    status, headers, body = _get(base, {"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert headers["Content-Type"].startswith("application/openmetrics-text")
+    om = body.decode()
+    assert om.rstrip().endswith("# EOF") and "# TYPE baton_build info" in om
+
+    health = f"http://127.0.0.1:{op.health_port}"
+    for path in ("/livez", "/readyz", "/healthz"):
+        assert _get(health + path)[0] == 200, path
+
+    op.signal(signal.SIGTERM)
+    assert op.wait_exit(20) == 0, op.log_tail()
+
+    lines = op.log_text().splitlines()
+    assert lines, "the operator printed nothing"
+    records: list[dict[str, Any]] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            record = json.loads(line)
+        except ValueError as exc:
+            raise AssertionError(f"line {n} of the operator's output is not JSON: {line!r}") from exc
+        assert isinstance(record, dict), line
+        assert record.get("severity") in SEVERITIES, line
+        assert isinstance(record.get("message"), str), line
+        assert isinstance(record.get("logger"), str) and record["logger"], line
+        ts = datetime.datetime.fromisoformat(record["timestamp"])
+        assert ts.utcoffset() == datetime.timedelta(0), line
+        assert "settings" not in record and "k8s_skip" not in record and "k8s_ref" not in record, line
+        records.append(record)
+    assert "OperatorSettings" not in op.log_text()
+    kopf_records = [r for r in records if r["logger"].startswith("kopf")]
+    assert kopf_records, "no record of kopf's own"
+    refs = [r["object"] for r in kopf_records if "object" in r]
+    assert refs and all(isinstance(ref, dict) for ref in refs)
+    assert {"kind": "ToolRuntime", "name": "observed", "namespace": namespace} in [
+        {k: ref.get(k) for k in ("kind", "name", "namespace")} for ref in refs]
+    messages = [r["message"] for r in records if r["logger"].startswith("baton")]
+    assert "baton started" in messages and "stopped" in messages
+    assert any(r.get("runtime") == f"{namespace}/observed" for r in records), "no record names the runtime"
