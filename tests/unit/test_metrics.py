@@ -36,7 +36,9 @@ def test_registry_has_process_python_and_build_info() -> None:
 
 def test_transitions_carry_no_replica_label() -> None:
     # The scrape's target labels (pod, instance) already name the replica.
-    assert metrics.TRANSITIONS._labelnames == ("kind",)
+    with pytest.raises(ValueError):
+        metrics.TRANSITIONS.labels(kind="Handoff", replica="op-a")
+    metrics.TRANSITIONS.labels(kind="Handoff")
 
 
 def _collect(rows: list[tuple[str, str, dict[str, str], float | None, float | None]]) -> dict[str, Any]:
