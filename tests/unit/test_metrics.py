@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import prometheus_client
@@ -148,3 +150,8 @@ async def _serve_and_check(same_port: bool) -> None:
 @pytest.mark.parametrize("same_port", [False, True])
 def test_http_endpoints(same_port: bool) -> None:
     asyncio.run(_serve_and_check(same_port))
+
+
+def test_version_flag_matches_build_info() -> None:
+    res = subprocess.run([sys.executable, "-m", "baton", "--version"], capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout, res.stderr) == (0, f"baton {baton.version()}\n", "")
