@@ -13,6 +13,7 @@ from prometheus_client import parser as prom_parser
 
 import baton as baton_pkg
 from harness import baton
+from harness.wait import wait_for
 
 Start = Callable[..., baton.OperatorProcess]
 SEVERITIES = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
@@ -34,9 +35,25 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     assert conditions["Ready"] == "True" and conditions["CleanupFailed"] == "False"
 
     base = f"http://127.0.0.1:{op.metrics_port}/metrics"
-    status, headers, body = _get(base)
-    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    fams = {f.name: f for f in prom_parser.text_string_to_metric_families(body.decode())}
+
+    def scrape() -> dict[str, Any]:
+        status, headers, body = _get(base)
+        assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+        return {f.name: f for f in prom_parser.text_string_to_metric_families(body.decode())}
+
+    def one_hot(fams: dict[str, Any]) -> dict[tuple[str, str], float]:
+        return {(s.labels["condition"], s.labels["status"]): s.value
+                for s in fams["baton_runtime_condition"].samples
+                if s.labels["namespace"] == namespace and s.labels["runtime"] == "observed"}
+
+    # The gauges show the status the runtime's worker last read; it reads again right after its
+    # own write, so the one-hot series follow the API within moments.
+    def settled() -> dict[str, Any] | None:
+        fams = scrape()
+        return fams if one_hot(fams).get(("Ready", "true")) == 1.0 else None
+
+    fams = wait_for(settled, timeout=10, interval=0.2,
+                    what="baton_runtime_condition{condition=Ready,status=true} == 1")
     expected_types = {
         "process_resident_memory_bytes": "gauge", "process_cpu_seconds": "counter",
         "process_open_fds": "gauge", "process_max_fds": "gauge", "python_info": "gauge",
@@ -53,9 +70,7 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
 
     # One-hot, like kube-state-metrics: every condition of the runtime has a true, a false and an
     # unknown series, and only the one matching the status in the API is 1.
-    per = {(s.labels["condition"], s.labels["status"]): s.value
-           for s in fams["baton_runtime_condition"].samples
-           if s.labels["namespace"] == namespace and s.labels["runtime"] == "observed"}
+    per = one_hot(fams)
     assert {c for c, _ in per} == set(conditions)
     for cond, value in conditions.items():
         hot = value.lower()
