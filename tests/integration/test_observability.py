@@ -6,9 +6,13 @@ import datetime
 import gzip
 import json
 import signal
+import socket
+import threading
+import urllib.error
 import urllib.request
 from typing import Any, Callable
 
+import pytest
 from prometheus_client import parser as prom_parser
 
 import baton as baton_pkg
@@ -121,3 +125,68 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     messages = [r["message"] for r in records if r["logger"].startswith("baton")]
     assert "baton started" in messages and "stopped" in messages
     assert any(r.get("runtime") == f"{namespace}/observed" for r in records), "no record names the runtime"
+
+
+class _SilentListener:
+    """Accepts TCP connections on a kwok-loop pod's IP (loopback) and never answers: a drain
+    probe sent to it stays in flight until its own timeoutSeconds."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.sock = socket.socket()
+        self.sock.bind((ip, port))
+        self.sock.listen(8)
+        self.accepted = threading.Event()
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return  # closed
+            self.conns.append(conn)
+            self.accepted.set()
+
+    def close(self) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+        self.thread.join(timeout=5)
+
+
+def _status_of(url: str) -> int:
+    try:
+        return _get(url)[0]
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+@pytest.mark.usefixtures("kwok_nodes")
+def test_readyz_turns_503_while_shutting_down_and_livez_stays_200(
+        operators: Start, rts: baton.Runtimes) -> None:
+    port = baton.free_port()
+    rts.create(baton.runtime_manifest(
+        "closing", loopback=True, budgets={"drainSeconds": 30},
+        drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1, "timeoutSeconds": 15}))
+    op = operators("op-a")
+    st = rts.wait_ready("closing", 1)
+    ip = rts.pod(st["current"]["pod"]).status.pod_ip
+    assert ip.startswith("127."), ip
+    health = f"http://127.0.0.1:{op.health_port}"
+    assert [_status_of(health + p) for p in ("/livez", "/readyz", "/healthz")] == [200, 200, 200]
+    listener = _SilentListener(ip, port)
+    try:
+        rts.set_image("closing", "example/tool:2")
+        # The worker now waits on a probe that gets no answer: shutdown has to wait for it.
+        assert listener.accepted.wait(20), "the drain probe never connected"
+        op.signal(signal.SIGTERM)
+        wait_for(lambda: _status_of(health + "/readyz") == 503, timeout=10, interval=0.1,
+                 what="/readyz 503 after SIGTERM")
+        assert op.proc is not None and op.proc.poll() is None, "still running: the window is real"
+        assert _status_of(health + "/healthz") == 503
+        assert _status_of(health + "/livez") == 200
+    finally:
+        listener.close()
+    assert op.wait_exit(30) == 0, op.log_tail()
