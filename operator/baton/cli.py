@@ -4,7 +4,7 @@ A separate program from the operator: it reads and annotates ToolRuntimes throug
 with the user's kubeconfig, and the operator does the work. It follows kubectl's conventions (and
 krew's plugin guidelines): `-n/--namespace`, `-A/--all-namespaces`, `--kubeconfig`, `--context`,
 `-o json|yaml`, `--help` on every verb, errors as one `error: ...` line on stderr.
-Exit codes: 0 done; 1 refused or failed; 2 a usage error (argparse).
+Exit codes: 0 done; 1 refused or failed; 2 a usage error (argparse); 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -524,6 +524,10 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         print(f"error: {explain_api_error(exc)}", file=io.stderr)
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         print(f"error: cannot reach the API server {server}: {unreachable_reason(exc)}", file=io.stderr)
+    except KeyboardInterrupt:
+        # Ctrl-C (at the confirmation, or a slow server): nothing more was sent.
+        print("\nerror: interrupted", file=io.stderr)
+        return 130
     return 1
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import select
+import signal
 import subprocess
+import time
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -158,3 +161,28 @@ def test_force_recover_asks_first(rts: baton.Runtimes, cluster: Any, namespace: 
         "message": "toolruntime/stuck: force recovery of generation 1 requested "
                    "(abandons pod stuck uid uid-of-generation-1)"}
     assert _annotation(rts, "stuck") == "1"
+
+
+def test_ctrl_c_at_the_confirmation_changes_nothing(rts: baton.Runtimes, cluster: Any, namespace: str) -> None:
+    _held_by_a_cleanup_failure(rts, "halted")
+    script = Path(sys.executable).parent / "kubectl-baton"
+    keyboard, tty = os.openpty()
+    try:
+        proc = subprocess.Popen([str(script), "force-recover", "halted", "-n", namespace,
+                                 "--kubeconfig", cluster.kubeconfig],
+                                stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cluster.env)
+        assert proc.stderr is not None and proc.stdout is not None
+        seen, deadline = b"", time.monotonic() + 30
+        while not seen.endswith(b"[y/N] ") and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stderr], [], [], 1.0)
+            if ready:
+                seen += os.read(proc.stderr.fileno(), 4096)
+        assert seen.endswith(b"[y/N] "), seen
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(tty)
+        os.close(keyboard)
+    assert proc.returncode == 130 and out == b""
+    assert (seen + err).decode().endswith("[y/N] \nerror: interrupted\n")
+    assert _annotation(rts, "halted") is None
