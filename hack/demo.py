@@ -145,7 +145,7 @@ def main() -> int:
         sh("kubectl", "get", "trt,pods", "-n", NS)
         sh("kubectl", "baton", "status", "search-mcp", "-n", NS)
         print("\n   No generation 3 starts while generation 2's pod stands. A person decides:")
-        sh("kubectl", "baton", "force-recover", "search-mcp", "-n", NS)
+        sh("kubectl", "baton", "force-recover", "search-mcp", "-n", NS, "--yes")
         wait("generation 3 Ready", ready_generation(3))
         sh("kubectl", "get", "trt,pods", "-n", NS)
         sh("kubectl", "baton", "history", "search-mcp", "-n", NS)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, cast
 
 import kopf
 
+import baton
 from baton import handlers, logs, settings as settings_mod
 from baton.k8s import client
 
@@ -20,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="baton", description="Baton: tool-runtime generations, one at a time.")
     parser.add_argument("--namespace", action="append", default=[],
                         help="watch only this namespace (repeatable; default: BATON_NAMESPACES, else all)")
+    parser.add_argument("--version", action="version", version=f"baton {baton.version()}")
     args = parser.parse_args(argv)
     settings = settings_mod.Settings.from_env()
     if args.namespace:

@@ -338,4 +338,4 @@ class Executor:
         elif action.metric == m.NAME_CONFLICTS:
             metrics.NAME_CONFLICTS.labels(**labels).inc()
         elif action.metric == m.TRANSITIONS:
-            metrics.TRANSITIONS.labels(replica=self.identity, **labels).inc()
+            metrics.TRANSITIONS.labels(**labels).inc()

@@ -59,7 +59,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         await server.start(
             metrics_bind=SETTINGS.metrics_bind,
             health_bind=SETTINGS.health_bind,
-            is_healthy=lambda: (runner.started and not runner.shutting_down,
+            is_ready=lambda: (runner.started and not runner.shutting_down,
                                 "shutting down" if runner.shutting_down else ("ok" if runner.started else "starting")),
         )
         runner.start()

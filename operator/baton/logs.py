@@ -1,38 +1,64 @@
-"""JSON log lines: one object per line, with the runtime when a record names one."""
+"""JSON log lines on stdout: one object per line (python-json-logger, configured, not hand-written).
+
+Every line carries `timestamp` (UTC, ISO 8601), `severity` (the Python level name, which log
+collectors such as Cloud Logging and Loki read as is), `logger` and `message`, plus the record's
+extras (`runtime` on Baton's per-runtime records). kopf's per-object records carry their object
+reference as a JSON object under `object` (kopf's own JSON key); the OperatorSettings kopf puts on
+them, and its internal flags, are left out.
+"""
 
 from __future__ import annotations
 
-import datetime
-import json
 import logging
+import sys
+import threading
+import types
+from typing import TextIO
 
-_STD = set(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime"}
+from pythonjsonlogger import core as pjl_core, json as pjl_json
 
-
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, object] = {
-            "ts": datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STD and not key.startswith("_"):
-                out[key] = value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
+# kopf's ObjectLogger adds these to every per-object record: `settings` is the whole
+# OperatorSettings (not a log field), `k8s_skip` an internal posting flag.
+_KOPF_INTERNAL = ("settings", "k8s_skip")
+REFKEY = "object"
 
 
-def configure(level: str) -> None:
-    handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter())
+def formatter() -> logging.Formatter:
+    return pjl_json.JsonFormatter(
+        "{levelname}{name}{message}",
+        style="{",
+        rename_fields={"levelname": "severity", "name": "logger", "k8s_ref": REFKEY, "exc_info": "exception"},
+        reserved_attrs=[*pjl_core.RESERVED_ATTRS, *_KOPF_INTERNAL],
+        timestamp=True,
+    )
+
+
+def _log_uncaught(exc_type: type[BaseException], exc: BaseException, tb: types.TracebackType | None) -> None:
+    # A crash before or outside kopf (bad kubeconfig, a bug at import) is a JSON line too.
+    logging.getLogger("baton").critical("uncaught exception: %s", exc, exc_info=(exc_type, exc, tb))
+
+
+def _log_uncaught_thread(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is None:
+        return
+    logging.getLogger("baton").critical(
+        "uncaught exception in thread %s: %s", getattr(args.thread, "name", "?"), args.exc_value,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
+
+
+def configure(level: str, *, stream: TextIO | None = None) -> None:
+    handler = logging.StreamHandler(sys.stdout if stream is None else stream)
+    handler.setFormatter(formatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # kopf is chatty about every watch event at INFO; keep its warnings.
-    logging.getLogger("kopf").setLevel(max(logging.getLevelName(level), logging.WARNING))
+    # Python warnings (urllib3's, deprecations) would otherwise print plain text on stderr.
+    logging.captureWarnings(True)
+    sys.excepthook = _log_uncaught
+    threading.excepthook = _log_uncaught_thread
+    # kopf is chatty about every watch event at INFO: keep its warnings, unless asked for DEBUG.
+    logging.getLogger("kopf").setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import pathlib
 import time
 from typing import Callable, Iterable
 
 import prometheus_client
 from prometheus_client import core as prom_core
 
+import baton
+
+
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
+# process_* (memory, CPU, open fds, start time) and python_* (gc, version), as every client
+# library exports them; prometheus-client registers them only on its global registry.
+prometheus_client.ProcessCollector(registry=REGISTRY)
+prometheus_client.PlatformCollector(registry=REGISTRY)
+prometheus_client.GCCollector(registry=REGISTRY)
+
+BUILD_INFO = prometheus_client.Info("baton_build", "The running Baton's version.", registry=REGISTRY)
+BUILD_INFO.info({"version": baton.version()})
 
 LOCK_WAIT = prometheus_client.Histogram(
     "baton_lock_wait_seconds", "Time from wanting a runtime's lifecycle Lease to holding it.",
@@ -22,9 +34,9 @@ HANDOFFS = prometheus_client.Counter(
     "baton_handoffs_total", "Generations retired, by outcome (Retired, Reset, ForceRecovered, ...).",
     ["outcome"], registry=REGISTRY,
 )
+# No `replica` label: the scrape's own `pod`/`instance` target labels already say which one.
 TRANSITIONS = prometheus_client.Counter(
-    "baton_transitions_total", "Transitions begun, by kind and by the replica that began them.",
-    ["kind", "replica"], registry=REGISTRY,
+    "baton_transitions_total", "Transitions begun, by kind.", ["kind"], registry=REGISTRY,
 )
 CLEANUP_FAILURES = prometheus_client.Counter(
     "baton_cleanup_failures_total", "Old pods not confirmed gone within cleanupSeconds, by reason.",
@@ -99,6 +111,17 @@ SHUTTING_DOWN = prometheus_client.Gauge(
 )
 
 
+# kube-state-metrics' shape for conditions: one series per status, exactly one of them 1, so that
+# False and Unknown are told apart and `status="true"` selects the condition holding.
+CONDITION_STATUSES = ("true", "false", "unknown")
+
+
+def condition_status(value: str) -> str:
+    """The `status` label for a condition's status ("True" -> "true"; anything unexpected -> "unknown")."""
+    lowered = value.strip().lower()
+    return lowered if lowered in CONDITION_STATUSES else "unknown"
+
+
 class RuntimeCollector:
     """Per-runtime gauges computed at scrape time from the last status each worker saw."""
 
@@ -108,10 +131,13 @@ class RuntimeCollector:
 
     def collect(self) -> Iterable[prom_core.Metric]:
         by_cond = prom_core.GaugeMetricFamily(
-            "baton_runtimes", "Runtimes by condition and status.", labels=["condition", "status"]
+            "baton_runtimes", "Runtimes by condition and status (true, false, unknown).",
+            labels=["condition", "status"],
         )
         per = prom_core.GaugeMetricFamily(
-            "baton_runtime_condition", "1 when the runtime's condition is True.", labels=["namespace", "runtime", "condition"]
+            "baton_runtime_condition",
+            "The runtime's conditions, one-hot: 1 on the series whose status (true, false, unknown) holds.",
+            labels=["namespace", "runtime", "condition", "status"],
         )
         age = prom_core.GaugeMetricFamily(
             "baton_transition_age_seconds", "Age of the transition under way.", labels=["namespace", "runtime"]
@@ -124,14 +150,64 @@ class RuntimeCollector:
         now = time.time()
         for ns, name, conds, started, budget_sum in self._source():
             for cond, value in conds.items():
-                counts[(cond, value)] = counts.get((cond, value), 0) + 1
-                per.add_metric([ns, name, cond], 1.0 if value == "True" else 0.0)
+                holds = condition_status(value)
+                counts[(cond, holds)] = counts.get((cond, holds), 0) + 1
+                for status in CONDITION_STATUSES:
+                    per.add_metric([ns, name, cond, status], 1.0 if status == holds else 0.0)
             if started is not None and budget_sum is not None:
                 age.add_metric([ns, name], max(0.0, now - started))
                 budget.add_metric([ns, name], budget_sum)
-        for (cond, value), n in sorted(counts.items()):
-            by_cond.add_metric([cond, value], n)
+        for (cond, holds), n in sorted(counts.items()):
+            by_cond.add_metric([cond, holds], n)
         return [by_cond, per, age, budget]
 
     def describe(self) -> Iterable[prom_core.Metric]:
         return []
+
+
+# cgroup v2, then v1. v1 spells "no limit" as a huge number, v2 as "max".
+CGROUP_MEMORY_LIMITS = (
+    pathlib.Path("/sys/fs/cgroup/memory.max"),
+    pathlib.Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+_UNLIMITED = 2**62
+
+
+def memory_limit(paths: Iterable[pathlib.Path] = CGROUP_MEMORY_LIMITS) -> int | None:
+    """The container's memory limit in bytes from its cgroup; None when unlimited or unreadable."""
+    for path in paths:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        return value if 0 < value < _UNLIMITED else None
+    return None
+
+
+class MemoryLimitCollector:
+    """baton_memory_limit_bytes, read at scrape time, so that an alert can compare
+    process_resident_memory_bytes with the limit the chart set, before the OOM killer does."""
+
+    def __init__(self, *, paths: Iterable[pathlib.Path] = CGROUP_MEMORY_LIMITS) -> None:
+        self._paths = tuple(paths)
+
+    def collect(self) -> Iterable[prom_core.Metric]:
+        family = prom_core.GaugeMetricFamily(
+            "baton_memory_limit_bytes", "Memory limit of the operator's container (cgroup); absent when unlimited.",
+        )
+        limit = memory_limit(self._paths)
+        if limit is not None:
+            family.add_metric([], float(limit))
+        return [family]
+
+    def describe(self) -> Iterable[prom_core.Metric]:
+        return []
+
+
+REGISTRY.register(MemoryLimitCollector())

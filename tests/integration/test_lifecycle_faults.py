@@ -84,8 +84,8 @@ def test_two_replicas_ten_runtimes_three_rounds(
         st = rts.status(n)
         assert [h["generation"] for h in st["history"]] == [1, 2, 3]
         assert st["latestGeneration"] == 4
-    per_replica = (a.metric("baton_transitions_total", replica="op-a"),
-                   b.metric("baton_transitions_total", replica="op-b"))
+    per_replica = (a.metric("baton_transitions_total"),
+                   b.metric("baton_transitions_total"))
     assert sum(per_replica) == 40, per_replica
     print(f"transitions per replica: op-a={per_replica[0]:.0f} op-b={per_replica[1]:.0f}")
 

@@ -1,0 +1,264 @@
+"""The kubectl plugin without a cluster: formatting, refusals, confirmation, arguments, and the
+errors for a missing kubeconfig or an API server that does not answer (a closed 127.0.0.1 port)."""
+from __future__ import annotations
+
+import datetime
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+from kubernetes.client import exceptions as k8s_exceptions
+
+import baton
+from baton import cli
+
+NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
+
+
+def _rt(name: str = "search", namespace: str = "agents", *, status: dict[str, Any] | None = None,
+        suspend: bool = False, created: str = "2026-11-27T11:00:00Z") -> dict[str, Any]:
+    return {"apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "7", "creationTimestamp": created},
+            "spec": {"suspend": suspend}, "status": status or {}}
+
+
+READY = {"current": {"generation": 3, "pod": "search", "uid": "u3", "startedAt": "2026-11-30T11:00:00Z"},
+         "history": [{"generation": 2, "pod": "search", "uid": "u2", "startedAt": "2026-11-29T10:00:00Z",
+                      "retiredAt": "2026-11-30T11:00:00Z", "outcome": "Reset"}],
+         "conditions": [{"type": "Ready", "status": "True", "reason": "GenerationReady"},
+                        {"type": "CleanupFailed", "status": "False", "reason": "Clean"}]}
+STUCK = {"current": None,
+         "transition": {"kind": "Handoff", "from": 2, "to": 3, "step": "AwaitingPodGone",
+                        "deadline": "2026-11-30T11:59:30Z", "trigger": "TemplateChanged"},
+         "lastCleanupFailure": {"generation": 2, "pod": "search", "uid": "u2", "reason": "PodStuckTerminating",
+                                "message": "still there", "at": "2026-11-30T11:58:00Z"},
+         "conditions": [{"type": "Ready", "status": "False", "reason": "CleanupFailed"},
+                        {"type": "CleanupFailed", "status": "True", "reason": "PodStuckTerminating"}]}
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0, "0s"), (119, "119s"), (120, "2m"), (200, "3m20s"), (42 * 60, "42m"), (5 * 3600 + 600, "5h10m"),
+    (30 * 3600, "30h"), (3 * 86400 + 4 * 3600, "3d4h"), (120 * 86400, "120d"), (800 * 86400, "2y"), (-5, "0s"),
+])
+def test_human_duration_like_kubectl(seconds: float, text: str) -> None:
+    assert cli.human_duration(seconds) == text
+
+
+def test_list_rows_with_and_without_namespaces() -> None:
+    items = [_rt("b", "x", status=STUCK), _rt("a", "y", status=READY), _rt("a", "x", status={})]
+    rows = cli.list_rows(items, all_namespaces=True, now=NOW)
+    assert rows[0] == ["NAMESPACE", "NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"]
+    assert rows[1:] == [
+        ["x", "a", "-", "-", "-", "-", "-", "3d1h"],
+        ["x", "b", "-", "False", "CleanupFailed", "-", "Handoff/AwaitingPodGone", "3d1h"],
+        ["y", "a", "3", "True", "GenerationReady", "search", "-", "3d1h"],
+    ]
+    rows = cli.list_rows(items[1:2], all_namespaces=False, now=NOW)
+    assert rows == [["NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"],
+                    ["a", "3", "True", "GenerationReady", "search", "-", "3d1h"]]
+    lines = cli.table(rows).splitlines()
+    assert lines[1].split() == rows[1] and len(lines) == 2
+
+
+def test_history_and_status_text() -> None:
+    rt = _rt(status=READY)
+    entries = cli.history_entries(rt)
+    assert [(e["generation"], e["outcome"]) for e in entries] == [(2, "Reset"), (3, "Current")]
+    lines = cli.history_text(rt).splitlines()
+    assert lines[0].split() == ["GENERATION", "POD", "UID", "STARTED", "RETIRED", "OUTCOME"]
+    assert lines[2].split()[-1] == "Current" and lines[2].split()[4] == "-"
+    text = cli.status_text(_rt(status=STUCK), now=NOW)
+    assert "transition: Handoff g2 -> g3 (TemplateChanged), step AwaitingPodGone" in text
+    assert "(30s past)" in text and "last cleanup failure: generation 2 pod search" in text
+
+
+def test_reset_request_and_its_refusals() -> None:
+    req = cli.reset_request(_rt(status=READY))
+    assert (req.annotation, req.generation) == ("baton.dev/reset", 3)
+    assert req.as_data(_rt(status=READY), verb="reset") == {
+        "kind": "ToolRuntime", "namespace": "agents", "name": "search", "verb": "reset",
+        "annotations": {"baton.dev/reset": "3"}, "generation": 3,
+        "message": "toolruntime/search: reset of generation 3 requested"}
+    with pytest.raises(cli.Refused, match="is suspended"):
+        cli.reset_request(_rt(status=READY, suspend=True))
+    with pytest.raises(cli.Refused, match="no current generation"):
+        cli.reset_request(_rt(status={}))
+    with pytest.raises(cli.Refused, match="in a transition"):
+        cli.reset_request(_rt(status={**READY, "transition": STUCK["transition"]}))
+
+
+def test_force_recovery_request_and_its_refusal() -> None:
+    req = cli.force_recovery_request(_rt(status=STUCK))
+    assert (req.annotation, req.generation, req.abandons) == ("baton.dev/force-recovery", 2,
+                                                            {"pod": "search", "uid": "u2"})
+    with pytest.raises(cli.Refused, match=r"no cleanup failure .*CleanupFailed=False, reason Clean"):
+        cli.force_recovery_request(_rt(status=READY))
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[Any, int]]:
+    """A real pseudo-terminal: (the plugin's stdin, the keyboard's fd)."""
+    keyboard, tty = os.openpty()
+    stdin = os.fdopen(tty, "r")
+    try:
+        yield stdin, keyboard
+    finally:
+        stdin.close()
+        os.close(keyboard)
+
+
+@pytest.mark.parametrize("answer, goes_ahead", [("y\n", True), ("yes\n", True), ("n\n", False), ("\n", False)])
+def test_confirm_asks_on_a_terminal(terminal: tuple[Any, int], answer: str, goes_ahead: bool) -> None:
+    stdin, keyboard = terminal
+    assert stdin.isatty()
+    os.write(keyboard, answer.encode())
+    err = io.StringIO()
+    if goes_ahead:
+        cli.confirm("Abandon pod x?", yes=False, stdin=stdin, stderr=err)
+    else:
+        with pytest.raises(cli.Refused, match="not confirmed: nothing changed"):
+            cli.confirm("Abandon pod x?", yes=False, stdin=stdin, stderr=err)
+    assert err.getvalue() == "Abandon pod x? [y/N] "
+
+
+def test_confirm_without_a_terminal_needs_yes() -> None:
+    err = io.StringIO()
+    with pytest.raises(cli.Refused, match="not a terminal.*--yes"):
+        cli.confirm("Abandon?", yes=False, stdin=io.StringIO("y\n"), stderr=err)
+    assert err.getvalue() == ""  # nothing asked, nothing read
+    cli.confirm("Abandon?", yes=True, stdin=io.StringIO(""), stderr=err)
+    assert err.getvalue() == ""
+
+
+@pytest.mark.parametrize("verb", ["list", "status", "history", "reset", "force-recover", "version"])
+def test_every_verb_has_its_own_help(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main([verb, "--help"])
+    assert exc.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: kubectl baton {verb} ")
+    assert "-o {text,json,yaml}" in out and "--kubeconfig" in out
+    assert ("--all-namespaces" in out) == (verb == "list")
+    assert ("--yes" in out) == (verb == "force-recover")
+
+
+def test_flags_before_or_after_the_name() -> None:
+    p = cli.parser()
+    a = p.parse_args(["status", "-n", "agents", "search", "-o", "yaml", "--kubeconfig", "/k"])
+    b = p.parse_args(["status", "search", "--kubeconfig", "/k", "-o", "yaml", "--namespace", "agents"])
+    assert vars(a) == vars(b) == {"verb": "status", "namespace": "agents", "name": "search", "output": "yaml",
+                                  "kubeconfig": "/k"}
+    assert vars(p.parse_args(["list", "-A"])) == {"verb": "list", "all_namespaces": True}
+
+
+@pytest.mark.parametrize("argv", [["frobnicate", "x"], ["status"], ["list", "-o", "wide"], ["reset", "x", "-A"]])
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("output", ["text", "json", "yaml"])
+def test_version(output: str) -> None:
+    out = io.StringIO()
+    assert cli.main(["version", "-o", output], stdout=out) == 0
+    if output == "text":
+        assert out.getvalue() == f"kubectl-baton {baton.version()}\n"
+    else:
+        loaded = json.loads(out.getvalue()) if output == "json" else yaml.safe_load(out.getvalue())
+        assert loaded == {"name": "kubectl-baton", "version": baton.version()}
+
+
+def _api_error(status: int, reason: str, body: dict[str, Any] | str) -> k8s_exceptions.ApiException:
+    exc = k8s_exceptions.ApiException(status=status, reason=reason)
+    exc.body = body if isinstance(body, str) else json.dumps(body)
+    return exc
+
+
+def test_api_errors_are_explained() -> None:
+    forbidden = _api_error(403, "Forbidden", {"kind": "Status", "message": 'toolruntimes.baton.dev "x" is forbidden'})
+    assert cli.explain_api_error(forbidden) == 'Forbidden: toolruntimes.baton.dev "x" is forbidden'
+    no_crd = _api_error(404, "Not Found", {"kind": "Status", "message": "the server could not find the requested resource",
+                                            "details": {}})
+    assert "is Baton's CRD installed?" in cli.explain_api_error(no_crd)
+    assert "is Baton's CRD installed?" in cli.explain_api_error(_api_error(404, "Not Found", "404 page not found"))
+    conflict = _api_error(409, "Conflict", {"kind": "Status", "message": "the object has been modified"})
+    assert cli.explain_api_error(conflict) == "the toolruntime changed while this ran; try again"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "agents"}}],
+    }))
+    return path
+
+
+def _run(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    saved = dict(os.environ)
+    try:
+        os.environ.pop("KUBERNETES_SERVICE_HOST", None)
+        os.environ.update(env or {})
+        code = cli.main(argv, stdin=io.StringIO(), stdout=out, stderr=err)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_missing_kubeconfig_is_one_error_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    code, out, err = _run(["list", "--kubeconfig", str(missing)])
+    assert (code, out) == (1, "")
+    assert err == f"error: no kubeconfig: {missing} does not exist (pass --kubeconfig, or set KUBECONFIG)\n"
+    code, out, err = _run(["status", "x"], env={"KUBECONFIG": str(missing), "HOME": str(tmp_path)})
+    assert (code, err) == (1, f"error: no kubeconfig: {missing} does not exist (pass --kubeconfig, or set KUBECONFIG)\n")
+
+
+def test_broken_kubeconfig_is_one_error_line(tmp_path: Path) -> None:
+    bad = tmp_path / "kc"
+    bad.write_text("apiVersion: v1\nkind: Config\ncontexts: []\n")
+    code, out, err = _run(["list", "--kubeconfig", str(bad)])
+    assert code == 1 and out == ""
+    assert err.startswith(f"error: invalid kubeconfig {bad}: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["list"], ["list", "-A"], ["status", "x"], ["history", "x"], ["reset", "x"],
+                                  ["force-recover", "x", "--yes"]])
+def test_unreachable_server_is_one_error_line(tmp_path: Path, argv: list[str]) -> None:
+    server = f"https://127.0.0.1:{_closed_port()}"
+    kc = _kubeconfig(tmp_path / "kc", server)
+    code, out, err = _run([*argv, "--kubeconfig", str(kc)])
+    assert (code, out, err) == (1, "", f"error: cannot reach the API server {server}: Connection refused\n")
+
+
+def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
+    """The installed `kubectl-baton` (what `kubectl baton` runs), as a process."""
+    script = Path(sys.executable).parent / "kubectl-baton"
+    assert script.exists(), "pip install -e . installs the console script"
+    server = f"https://127.0.0.1:{_closed_port()}"
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env["KUBECONFIG"] = str(_kubeconfig(tmp_path / "kc", server))
+    res = subprocess.run([str(script), "list"], capture_output=True, text=True, timeout=60, env=env)
+    assert (res.returncode, res.stdout, res.stderr) == (
+        1, "", f"error: cannot reach the API server {server}: Connection refused\n")
+    env["KUBECONFIG"] = str(tmp_path / "missing")
+    res = subprocess.run([str(script), "status", "x"], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 1 and res.stderr.startswith("error: no kubeconfig: ") and "Traceback" not in res.stderr
