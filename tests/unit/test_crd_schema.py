@@ -40,7 +40,7 @@ def test_the_description_check_finds_an_undescribed_field() -> None:
 
 
 def _at(path: str) -> dict[str, Any]:
-    node = SCHEMA
+    node: dict[str, Any] = SCHEMA
     for part in path.split("."):
         node = node["items"] if part == "[]" else node["properties"][part]
     return node
