@@ -29,7 +29,10 @@ def fields_without_description(node: dict[str, Any], path: str = "") -> list[str
 
 
 def test_every_field_is_described() -> None:
-    assert fields_without_description(SCHEMA) == []
+    # metadata: the API server refuses a CRD that says anything about it but its type
+    # ("must not specify anything other than name and generateName"); explain shows ObjectMeta.
+    assert fields_without_description(SCHEMA) == ["metadata"]
+    assert SCHEMA["properties"]["metadata"] == {"type": "object"}
 
 
 def test_the_description_check_finds_an_undescribed_field() -> None:
