@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from harness import baton
+from harness.wait import wait_for
 
 
 def _valid(name: str = "ok") -> dict[str, Any]:
@@ -140,3 +141,23 @@ def test_valid_conditions_are_stored_and_wide_columns_show_step_and_message(
     assert lines[0].split() == ["NAME", "GENERATION", "READY", "REASON", "POD", "AGE", "STEP", "MESSAGE"]
     assert lines[1].split()[-5:] == ["Draining", "old", "pod", "search-mcp", "retiring"], lines[1]
     assert "STEP" not in cluster.kubectl("get", "trt", "wide", "-n", namespace).stdout
+
+
+@pytest.mark.parametrize("path, text", [
+    ("toolruntime.spec.template.spec.containers", "every Container field is accepted"),
+    ("toolruntime.spec.template.metadata.labels", "kept beside Baton's own"),
+    ("toolruntime.spec.drain.probe.httpGet.scheme", "HTTP only"),
+    ("toolruntime.status.transition.step", "persisted before it is acted on"),
+    ("toolruntime.status.conditions.reason", "one CamelCase word"),
+    ("toolruntime.status.pendingReset.since", "first seen waiting"),
+])
+def test_kubectl_explain_documents_deep_fields(cluster: Any, crd: None, path: str, text: str) -> None:
+    def explained() -> str | None:
+        # Right after the CRD is established the API server may not publish its OpenAPI yet.
+        res = cluster.kubectl("explain", path, check=False)
+        if res.returncode == 0:
+            return str(res.stdout)
+        assert "couldn't find resource" in res.stderr, res.stderr
+        return None
+    out = wait_for(explained, timeout=30, interval=0.5, what=f"kubectl explain {path}")
+    assert text in " ".join(out.split()), out
