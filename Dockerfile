@@ -1,14 +1,19 @@
 # syntax=docker/dockerfile:1
 # Baton operator image: `python -m baton` as a non-root numeric user, no compilers.
-#   docker build -t baton:0.1.0 .
-# The base is pinned by version (and Debian release); pin it by digest too where your
-# registry policy asks for it (PYTHON_IMAGE=python:3.11.7-slim-bookworm@sha256:...).
-ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+#   docker build -t baton:0.1.0 \
+#     --build-arg REVISION="$(git rev-parse HEAD)" --build-arg SOURCE=<URL of this repository> .
+# Reproducible inputs: the base image by digest (PYTHON_IMAGE) and every Python distribution by
+# version and sha256 (requirements/image.lock, installed with --require-hashes; regenerate it
+# with hack/lock-image.sh). Only the digest decides what is pulled; the tag before it says which
+# image it is. The digest is python:3.11.7-slim-bookworm's as pinned in public Dockerfiles; check
+# it where a registry is reachable: docker buildx imagetools inspect python:3.11.7-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm@sha256:637774748f62b832dc11e7b286e48cd716727ed04b45a0322776c01bc526afc3
 
 # --- build: the package and its dependencies into a venv at /opt/baton ----------------------
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY hack/image-install.sh /src/hack/image-install.sh
+COPY requirements/image.lock /src/requirements/image.lock
 COPY pyproject.toml README.md /src/
 COPY operator /src/operator
 # Same steps as tests/integration/test_dockerfile.py runs without Docker.
@@ -16,8 +21,19 @@ RUN sh /src/hack/image-install.sh /opt/baton /src
 
 # --- final: the venv on the same slim base; nothing built or installed here ----------------
 FROM ${PYTHON_IMAGE}
+# The operator's version (pyproject.toml; a test checks they agree), the commit it was built
+# from, where that commit lives, and the licence (no licence file in the repository yet:
+# NOASSERTION until its owners choose one).
+ARG VERSION=0.1.0
+ARG REVISION=""
+ARG SOURCE=""
+ARG LICENSES=NOASSERTION
 LABEL org.opencontainers.image.title="baton" \
-      org.opencontainers.image.description="Kubernetes operator: tool-runtime generations, one at a time"
+      org.opencontainers.image.description="Kubernetes operator: tool-runtime generations, one at a time" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="${LICENSES}"
 COPY --from=build /opt/baton /opt/baton
 ENV PATH=/opt/baton/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -96,8 +96,11 @@ def main() -> int:
     operator: subprocess.Popen[bytes] | None = None
     try:
         print("\n== installing the CRD from the Helm chart")
+        # --kube-version: without a cluster Helm assumes v1.20.0, below the chart's kubeVersion.
+        kube = next(line.split("=", 1)[1].strip() for line in (ROOT / "hack" / "versions.env").read_text().splitlines()
+                    if line.startswith("KUBERNETES_VERSION="))
         crd = sh("helm", "template", "baton", str(ROOT / "charts" / "baton"), "--show-only", "templates/crd.yaml",
-                 show=False)
+                 "--kube-version", kube, show=False)
         sh("kubectl", "apply", "-f", "-", stdin=crd)
         sh("kubectl", "wait", "--for=condition=established", "crd/toolruntimes.baton.dev", "--timeout=30s")
         sh("kubectl", "create", "namespace", NS)

@@ -2,7 +2,7 @@
 """Turn the PrometheusRule objects of a rendered chart into a plain Prometheus rules file.
 
     helm template baton charts/baton -n baton-system --set prometheusRule.enabled=true \
-      | python3 hack/extract-alert-rules.py > baton-rules.yaml
+      --kube-version 1.36.3 | python3 hack/extract-alert-rules.py > baton-rules.yaml
     promtool check rules baton-rules.yaml
     promtool test rules tests/alerts/baton-alerts.test.yaml   # after copying it beside the rules
 

@@ -4,15 +4,21 @@
 # exactly the files the Dockerfile copies): a broken install line fails CI without Docker.
 #   hack/image-install.sh VENV SRC
 #     VENV  where to create the virtualenv the final image copies (/opt/baton in the image)
-#     SRC   the copied source tree (pyproject.toml, README.md, operator/)
+#     SRC   the copied source tree (pyproject.toml, README.md, operator/, requirements/image.lock)
 set -eu
 venv="$1"
 src="$2"
 export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 python3 -m venv "$venv"
-# Wheels only for the dependencies: a dependency that would need a compiler fails here instead
-# of silently building (the build stage has no compiler either, by design).
-"$venv/bin/pip" install --only-binary=:all: --no-binary=baton "$src"
+# Every dependency (and the build backend) exactly as locked: pinned versions, each file checked
+# against its sha256 (--require-hashes), wheels only (a dependency that would need a compiler
+# fails here instead of silently building), nothing resolved at build time (--no-deps).
+"$venv/bin/pip" install --require-hashes --only-binary=:all: --no-deps -r "$src/requirements/image.lock"
+# Baton itself from the copied source, built with the locked setuptools: no index, no isolated
+# build environment, so nothing unlocked is fetched.
+"$venv/bin/pip" install --no-deps --no-build-isolation --no-index "$src"
+# The lock is complete: every requirement of every installed distribution is satisfied.
+"$venv/bin/pip" check
 # The package must import from the venv alone, and the entrypoint must answer.
 cd /
 "$venv/bin/python" -c "import baton, baton.handlers, kopf, kubernetes, prometheus_client"

@@ -11,6 +11,7 @@ no container runs) and without a Docker engine these tests are skipped, saying w
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -115,3 +116,12 @@ def test_in_cluster_operator_hands_off_and_holds_cleanup_failures(
                                 "--tail=-1", "--prefix").stdout
     _, unknown = classify_denials(logs)
     assert not unknown, "the operator hit RBAC denials in the cluster:\n" + "\n".join(unknown[:20])
+
+
+def test_helm_test_passes_on_the_installed_release(kind_cluster: Any, release: str) -> None:
+    """`helm test`: the chart's test Pod (the operator image) reads /metrics through the metrics
+    Service and finds Baton's metrics (charts/baton/templates/tests/test-metrics.yaml)."""
+    # No --logs: the hook-delete-policy removes the Pod once it succeeded.
+    proc = kind_cluster.helm("test", RELEASE, "-n", release, "--timeout", "120s", timeout=180)
+    assert re.search(r"^TEST SUITE:\s+\S+-test-metrics$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^Phase:\s+Succeeded$", proc.stdout, re.M), proc.stdout

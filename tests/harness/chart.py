@@ -29,8 +29,22 @@ def helm_bin() -> str:
     return pinned_tool("helm")
 
 
+def kube_version() -> str:
+    """The local plane's Kubernetes version (hack/versions.env)."""
+    text = (ROOT / "hack" / "versions.env").read_text()
+    m = re.search(r"^KUBERNETES_VERSION=(\S+)$", text, re.M)
+    assert m, "hack/versions.env: no KUBERNETES_VERSION"
+    return m.group(1)
+
+
 def helm(*args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """helm without any cluster (template, lint): no kubeconfig, no network."""
+    """helm without any cluster (template, lint): no kubeconfig, no network.
+
+    Without a cluster Helm assumes Kubernetes v1.20.0, which the chart's kubeVersion
+    (>=1.29.0-0) refuses: `template` and `install --dry-run=client` render for the local plane's
+    version unless the caller passes --kube-version."""
+    if args and (args[0] == "template" or "--dry-run=client" in args) and "--kube-version" not in args:
+        args = (*args, "--kube-version", kube_version())
     env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "KUBECONFIG": "/dev/null",
            "HELM_CACHE_HOME": "/tmp/baton-helm-cache", "HELM_CONFIG_HOME": "/tmp/baton-helm-config",
            "HELM_DATA_HOME": "/tmp/baton-helm-data"}

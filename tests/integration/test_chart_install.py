@@ -295,3 +295,37 @@ def test_values_typo_fails_helm_install_with_the_schema_message(cluster: Any, re
     assert "additional properties 'replicaCont' not allowed" in proc.stderr, proc.stderr
     listed = json.loads(cluster.helm("list", "-n", release_ns, "-a", "-o", "json").stdout)
     assert listed == [], "nothing was installed"
+
+
+@pytest.mark.parametrize("values", [None, CHART / "ci" / "openshift-values.yaml"],
+                         ids=["default", "openshift"])
+def test_operator_and_helm_test_pods_pass_restricted_admission(cluster: Any, release_ns: str,
+                                                               values: Path | None, tmp_path: Path) -> None:
+    """The operator's pod (from the Deployment's template) and the `helm test` Pod, rendered with
+    the default values and with OpenShift's (no fixed UID), are admitted by a namespace that
+    enforces Pod Security "restricted" (server-side dry run: admission runs, nothing is stored).
+    kwok runs no containers, so `helm test` itself cannot run here."""
+    from harness.chart import by_kind, one, render
+
+    objs = render(files=[values] if values else [], namespace=release_ns)
+    template = one(objs, "Deployment")["spec"]["template"]
+    operator_pod = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "operator-dry-run", "labels": template["metadata"]["labels"]},
+                    "spec": template["spec"]}
+    [test_pod] = [o for o in by_kind(objs, "Pod") if o["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    sa = tmp_path / "sa.json"  # the ServiceAccount admission looks up for the operator's pod
+    sa.write_text(json.dumps(one(objs, "ServiceAccount")))
+    cluster.kubectl("apply", "-n", release_ns, "-f", str(sa))
+    for pod in (operator_pod, test_pod):
+        path = tmp_path / f"{pod['metadata']['name']}.json"
+        path.write_text(json.dumps(pod))
+        res = cluster.kubectl("create", "--dry-run=server", "-n", release_ns, "-f", str(path), check=False)
+        assert res.returncode == 0, f"{pod['metadata']['name']} refused: {res.stderr}"
+        assert "violate" not in res.stderr and "Warning" not in res.stderr, res.stderr
+    # The check is real: a pod with a fixed root UID is refused by the same namespace.
+    rooted = json.loads(json.dumps(test_pod))
+    rooted["spec"]["securityContext"] = {"runAsUser": 0}
+    path = tmp_path / "rooted.json"
+    path.write_text(json.dumps(rooted))
+    res = cluster.kubectl("create", "--dry-run=server", "-n", release_ns, "-f", str(path), check=False)
+    assert res.returncode != 0 and "violates PodSecurity" in res.stderr, res.stderr

@@ -54,7 +54,9 @@ def test_lint_and_template(values: Path | None) -> None:
 
 
 def test_template_files_hold_one_kind_each() -> None:
-    for path in sorted((CHART / "templates").glob("*.yaml")):
+    paths = sorted((CHART / "templates").rglob("*.yaml"))
+    assert CHART / "templates" / "tests" / "test-metrics.yaml" in paths
+    for path in paths:
         kinds = set(re.findall(r"^kind: (\w+)", path.read_text(), re.M))
         assert len(kinds) <= 1, f"{path.name} declares several kinds: {kinds}"
 
@@ -95,7 +97,8 @@ def test_values_schema_is_generated_and_closed() -> None:
 
     def walk(node: Any, path: str) -> None:
         if isinstance(node, dict):
-            if node.get("type") == "object" and path != "/global":
+            # global: a parent chart's; affinity: passed through, validated by the API server.
+            if node.get("type") == "object" and path not in ("/global", "/affinity"):
                 ap = node.get("additionalProperties")
                 if ap is not False and not (isinstance(ap, dict) and ap.get("type") == "string"):
                     open_objects.append(path or "/")
@@ -131,12 +134,14 @@ def test_default_values_cover_the_schema() -> None:
                 out |= schema_keys(v, prefix + k + ".")
         return out
 
-    free_maps = {"serviceAccount.annotations", "podAnnotations", "podLabels", "nodeSelector",
+    free_maps = {"serviceAccount.annotations", "podAnnotations", "podLabels", "nodeSelector", "affinity",
                  "serviceMonitor.labels", "prometheusRule.labels", "prometheusRule.additionalAlertLabels"}
     in_values = {k for k in keys(values) if not any(k.startswith(f + ".") for f in free_maps)}
     in_schema = schema_keys(schema) - {"global"}
-    # Keys the schema knows but values.yaml leaves unset on purpose (optional quantities).
-    optional = {k for k in in_schema - in_values if k.startswith("resources.")}
+    # Keys the schema knows but values.yaml leaves unset on purpose (optional quantities and
+    # optional Kubernetes securityContext fields).
+    optional = {k for k in in_schema - in_values
+                if k.startswith(("resources.", "podSecurityContext.", "containerSecurityContext."))}
     assert in_values - in_schema == set(), "values.yaml keys missing from the schema"
     assert in_schema - in_values - optional == set(), "schema keys missing from values.yaml"
 
@@ -181,19 +186,18 @@ def test_deployment_is_restricted_and_probed() -> None:
     assert spec["replicas"] == 2
     pod = spec["template"]["spec"]
     psc = pod["securityContext"]
-    assert psc["runAsNonRoot"] is True and isinstance(psc["runAsUser"], int) and psc["runAsUser"] > 0
-    assert psc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert psc == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                   "seccompProfile": {"type": "RuntimeDefault"}}
     [c] = pod["containers"]
     sc = c["securityContext"]
-    assert sc["allowPrivilegeEscalation"] is False
-    assert sc["readOnlyRootFilesystem"] is True
-    assert sc["capabilities"] == {"drop": ["ALL"]}
-    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == psc["runAsUser"]
+    assert sc == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                  "capabilities": {"drop": ["ALL"]}}
     assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
     for v in pod.get("volumes", []):
         assert set(v) <= {"name", "emptyDir", "configMap", "secret", "projected"}, v
-    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
-        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     env = container_env(dep)
     assert env["BATON_HEALTH_BIND"] == f"0.0.0.0:{ports['health']}"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from harness import baton
+from harness.wait import wait_for
 
 
 def _valid(name: str = "ok") -> dict[str, Any]:
@@ -74,3 +75,89 @@ def test_valid_manifest_gets_every_default(cluster: Any, crd: None, namespace: s
     assert "defaults" in short
     explain = cluster.kubectl("explain", "toolruntime.spec.budgets").stdout
     assert "cleanupSeconds" in explain and "confirmed gone" in explain
+
+
+# --- status.conditions: validated like metav1.Condition, at admission ----------------------------
+
+GOOD_CONDITION = {"type": "Ready", "status": "False", "reason": "NoGeneration", "message": "",
+                  "observedGeneration": 1, "lastTransitionTime": "2026-11-30T10:00:00Z"}
+
+
+def _patch_status(cluster: Any, namespace: str, name: str, status: dict[str, Any]) -> Any:
+    return cluster.kubectl("patch", "trt", name, "-n", namespace, "--subresource=status",
+                           "--type=merge", "-p", json.dumps({"status": status}), check=False)
+
+
+def _condition(**changes: Any) -> dict[str, Any]:
+    c = {**GOOD_CONDITION, **changes}
+    return {k: v for k, v in c.items() if v is not None}
+
+
+CONDITION_CASES: list[tuple[str, dict[str, Any], list[str]]] = [
+    ("reason-with-space", _condition(reason="Not Ready"), ["status.conditions[0].reason", "should match"]),
+    ("reason-empty", _condition(reason=""), ["status.conditions[0].reason"]),
+    ("reason-too-long", _condition(reason="R" * 1025), ["status.conditions[0].reason", "1024"]),
+    ("reason-missing", _condition(reason=None), ["status.conditions[0].reason", "Required"]),
+    ("type-with-space", _condition(type="Not A Type"), ["status.conditions[0].type", "should match"]),
+    ("status-maybe", _condition(status="Maybe"), ["status.conditions[0].status", "Unsupported value"]),
+    ("message-too-long", _condition(message="m" * 32769), ["status.conditions[0].message", "32768"]),
+    ("message-missing", _condition(message=None), ["status.conditions[0].message", "Required"]),
+    ("no-last-transition-time", _condition(lastTransitionTime=None),
+     ["status.conditions[0].lastTransitionTime", "Required"]),
+    ("negative-observed-generation", _condition(observedGeneration=-1),
+     ["status.conditions[0].observedGeneration"]),
+]
+
+
+@pytest.mark.parametrize("condition,needles", [c[1:] for c in CONDITION_CASES],
+                         ids=[c[0] for c in CONDITION_CASES])
+def test_invalid_condition_is_refused_naming_the_field(cluster: Any, crd: None, namespace: str,
+                                                       condition: dict[str, Any], needles: list[str],
+                                                       tmp_path: Any) -> None:
+    path = tmp_path / "rt.json"
+    path.write_text(json.dumps(_valid("conds")))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    res = _patch_status(cluster, namespace, "conds", {"conditions": [condition]})
+    assert res.returncode != 0, f"accepted: {res.stdout}"
+    for needle in needles:
+        assert needle in res.stderr, f"{needle!r} not in: {res.stderr}"
+    stored = json.loads(cluster.kubectl("get", "trt", "conds", "-n", namespace, "-o", "json").stdout)
+    assert not (stored.get("status") or {}).get("conditions"), "a refused condition was stored"
+
+
+def test_valid_conditions_are_stored_and_wide_columns_show_step_and_message(
+        cluster: Any, crd: None, namespace: str, tmp_path: Any) -> None:
+    path = tmp_path / "rt.json"
+    path.write_text(json.dumps(_valid("wide")))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(path))
+    foreign = {"type": "example.com/Audited", "status": "Unknown", "reason": "Pending_Review",
+               "message": "m" * 32768, "lastTransitionTime": "2026-11-30T10:00:00Z"}
+    ready = _condition(message="old pod search-mcp retiring")
+    res = _patch_status(cluster, namespace, "wide", {
+        "conditions": [ready, foreign],
+        "transition": {"kind": "Handoff", "from": 1, "to": 2, "step": "Draining"}})
+    assert res.returncode == 0, res.stderr
+    lines = cluster.kubectl("get", "trt", "wide", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "GENERATION", "READY", "REASON", "POD", "AGE", "STEP", "MESSAGE"]
+    assert lines[1].split()[-5:] == ["Draining", "old", "pod", "search-mcp", "retiring"], lines[1]
+    assert "STEP" not in cluster.kubectl("get", "trt", "wide", "-n", namespace).stdout
+
+
+@pytest.mark.parametrize("path, text", [
+    ("toolruntime.spec.template.spec.containers", "every Container field is accepted"),
+    ("toolruntime.spec.template.metadata.labels", "kept beside Baton's own"),
+    ("toolruntime.spec.drain.probe.httpGet.scheme", "HTTP only"),
+    ("toolruntime.status.transition.step", "persisted before it is acted on"),
+    ("toolruntime.status.conditions.reason", "one CamelCase word"),
+    ("toolruntime.status.pendingReset.since", "first seen waiting"),
+])
+def test_kubectl_explain_documents_deep_fields(cluster: Any, crd: None, path: str, text: str) -> None:
+    def explained() -> str | None:
+        # Right after the CRD is established the API server may not publish its OpenAPI yet.
+        res = cluster.kubectl("explain", path, check=False)
+        if res.returncode == 0:
+            return str(res.stdout)
+        assert "couldn't find resource" in res.stderr, res.stderr
+        return None
+    out = wait_for(explained, timeout=30, interval=0.5, what=f"kubectl explain {path}")
+    assert text in " ".join(out.split()), out

@@ -8,20 +8,39 @@ fails here.
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
-PINNED_PYTHON = re.compile(r"^python:\d+\.\d+\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?$")
+# Pinned by version and by digest: the digest decides what is pulled.
+PINNED_PYTHON = re.compile(r"^python:\d+\.\d+\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}$")
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|cc|build-essential|make|python3-dev)\b")
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return project
+
+
+def locked_pins() -> dict[str, str]:
+    """{name: version} of requirements/image.lock."""
+    text = (ROOT / "requirements" / "image.lock").read_text()
+    return {canonical(m.group(1)): m.group(2) for m in re.finditer(r"^([A-Za-z0-9][\w.-]*)==(\S+)", text, re.M)}
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -65,7 +84,7 @@ def test_multi_stage_pinned_slim_non_root_no_compilers() -> None:
     [user] = [rest for i, rest in final if i == "USER"]
     assert re.fullmatch(r"[1-9]\d*(:\d+)?", user), f"USER must be a numeric non-root id: {user}"
     [entry] = [rest for i, rest in final if i == "ENTRYPOINT"]
-    argv = __import__("json").loads(entry)
+    argv = json.loads(entry)
     assert argv[-2:] == ["-m", "baton"] and argv[0].endswith("python")
     for stage in st:
         for i, rest in stage:
@@ -130,6 +149,14 @@ def test_build_stage_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
     venv = root / venv_in_image.lstrip("/")
     python = venv / "bin" / "python"
     assert python.exists(), f"the install did not create {venv_in_image}"
+    # Exactly the locked distributions (and baton, pip) are installed: nothing unlocked came in.
+    listed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
+                            timeout=60, env={"PATH": "/usr/bin:/bin", "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert listed.returncode == 0, listed.stderr
+    installed = {canonical(d["name"]): d["version"] for d in json.loads(listed.stdout)}
+    assert installed.pop("baton") == project()["version"]
+    installed.pop("pip")
+    assert installed == locked_pins(), "installed != requirements/image.lock"
     # The installed package runs from the venv, not from the repository's source tree.
     where = subprocess.run([str(python), "-c", "import baton; print(baton.__file__)"], cwd="/",
                            capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
@@ -138,3 +165,44 @@ def test_build_stage_install_steps_work_in_a_fresh_venv(tmp_path: Path) -> None:
     helped = subprocess.run([str(python), "-m", "baton", "--help"], cwd="/", capture_output=True,
                             text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert helped.returncode == 0 and "usage" in helped.stdout.lower(), helped.stdout + helped.stderr
+
+
+def _args_of_final_stage() -> dict[str, str]:
+    args = {}
+    for i, rest in stages()[-1]:
+        if i == "ARG":
+            k, _, v = rest.partition("=")
+            args[k] = v.strip('"')
+    return args
+
+
+def test_oci_labels_name_source_version_revision_licenses() -> None:
+    final = stages()[-1]
+    labels = " ".join(rest for i, rest in final if i == "LABEL")
+    found = dict(re.findall(r'(org\.opencontainers\.image\.[a-z]+)="([^"]*)"', labels))
+    args = _args_of_final_stage()
+    for key, arg in [("source", "SOURCE"), ("version", "VERSION"), ("revision", "REVISION"),
+                     ("licenses", "LICENSES")]:
+        assert found.get(f"org.opencontainers.image.{key}") == "${%s}" % arg, (key, found)
+        assert arg in args, f"ARG {arg} is not declared in the final stage"
+    assert args["VERSION"] == project()["version"], "image VERSION default != pyproject version"
+
+
+def test_base_image_is_a_digest_pinned_build_argument() -> None:
+    args = [rest for i, rest in instructions() if i == "ARG" and rest.startswith("PYTHON_IMAGE=")]
+    assert len(args) == 1 and PINNED_PYTHON.match(args[0].partition("=")[2]), args
+    froms = [rest.split()[0] for i, rest in instructions() if i == "FROM"]
+    assert froms and froms == ["${PYTHON_IMAGE}"] * len(froms), froms
+
+
+def test_dockerignore_admits_every_copied_path() -> None:
+    """.dockerignore excludes everything (*) and re-admits paths: every COPY source must be
+    re-admitted, or `docker build` fails where this test's copy would not."""
+    admitted = [line[1:].rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.startswith("!")]
+    for stage in stages():
+        for i, rest in stage:
+            if i == "COPY" and "--from=" not in rest:
+                *sources, _ = shlex.split(rest)
+                for src in sources:
+                    assert src.rstrip("/") in admitted, f"COPY {src}: excluded by .dockerignore"

@@ -42,8 +42,34 @@ app.kubernetes.io/part-of: baton
 {{- printf "%s-metrics" (include "baton.fullname" .) -}}
 {{- end -}}
 
+{{/* repository@digest when image.digest is set (the tag is then ignored), else repository:tag. */}}
 {{- define "baton.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels of the operator pods: the standard labels, component "operator", and podLabels
+(which cannot replace a standard label: the Deployment's selector must keep matching). */}}
+{{- define "baton.podLabels" -}}
+{{- $std := include "baton.labels" . | fromYaml -}}
+{{- $_ := set $std "app.kubernetes.io/component" "operator" -}}
+{{- toYaml (merge $std (deepCopy .Values.podLabels)) -}}
+{{- end -}}
+
+{{/*
+Labels of the `helm test` pod: the standard labels, component "test", but a name of its own
+("<name>-test"). It must match no selector of the release: a ReplicaSet adopts any ownerless pod
+its selector matches (and would then delete one as a surplus), and the metrics Service and the
+PodDisruptionBudget would count it.
+*/}}
+{{- define "baton.testLabels" -}}
+{{- $std := include "baton.labels" . | fromYaml -}}
+{{- $_ := set $std "app.kubernetes.io/name" (printf "%s-test" (include "baton.name" .) | trunc 63 | trimSuffix "-") -}}
+{{- $_ := set $std "app.kubernetes.io/component" "test" -}}
+{{- toYaml $std -}}
 {{- end -}}
 
 {{/* "true" when Baton watches every namespace (ClusterRole), "" when it watches a list (Roles). */}}

@@ -1,0 +1,110 @@
+"""examples/*.yaml run as they are: applied unmodified (namespace `agents` included) against the
+local plane with the CRD installed, admitted with their defaults, and run by the operator."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from harness import baton
+from harness.wait import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+NS = "agents"  # the namespace the examples name
+
+
+def docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def test_there_are_examples_and_each_names_the_agents_namespace() -> None:
+    assert {p.name for p in EXAMPLES} >= {"mcp-server.yaml", "browser-session.yaml", "suspended.yaml"}
+    for path in EXAMPLES:
+        kinds = [d["kind"] for d in docs(path)]
+        assert kinds.count("ToolRuntime") == 1, (path.name, kinds)
+        assert all(d["metadata"]["namespace"] == NS for d in docs(path)), path.name
+
+
+@pytest.fixture
+def agents(cluster: Any, crd: None, _namespace_reaper: list[str]) -> Iterator[str]:
+    """Namespace `agents` for the examples; afterwards its pods are force-deleted, the runtimes'
+    finalizers stripped (no operator runs any more), and it is deleted like every test namespace."""
+    core = client.CoreV1Api(cluster.api_client)
+    core.create_namespace({"metadata": {"name": NS, "labels": {"baton.dev/test": "true"}}})
+    wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", NS)),
+             timeout=30, what=f"ServiceAccount {NS}/default")
+    try:
+        yield NS
+    finally:
+        custom = client.CustomObjectsApi(cluster.api_client)
+        for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, NS, baton.PLURAL)["items"]:
+            _ignore_404(lambda: custom.patch_namespaced_custom_object(
+                baton.GROUP, baton.VERSION, NS, baton.PLURAL, rt["metadata"]["name"],
+                {"metadata": {"finalizers": None}}))
+        for pod in core.list_namespaced_pod(NS).items:
+            _ignore_404(lambda: core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0))
+        core.delete_namespace(NS)
+        _namespace_reaper.append(NS)
+
+
+def _exists(read: Callable[[], Any]) -> bool:
+    try:
+        read()
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+def _ignore_404(call: Callable[[], Any]) -> None:
+    try:
+        call()
+    except ApiException as e:
+        if e.status != 404:
+            raise
+
+
+def test_examples_are_admitted_as_they_are_and_run(
+        cluster: Any, agents: str, operators: Callable[..., baton.OperatorProcess]) -> None:
+    rts = baton.Runtimes(cluster.api_client, agents)
+    names = {}
+    for path in EXAMPLES:
+        res = cluster.kubectl("apply", "-f", str(path), check=False)
+        assert res.returncode == 0, f"{path.name} refused: {res.stderr}"
+        [rt] = [d for d in docs(path) if d["kind"] == "ToolRuntime"]
+        names[path.name] = rt["metadata"]["name"]
+        stored = rts.get(rt["metadata"]["name"])
+        # Admission kept every field the example sets and filled in the rest.
+        assert stored["spec"]["template"] == rt["spec"]["template"]
+        assert set(stored["spec"]["budgets"]) == {"lockSeconds", "connectSeconds", "drainSeconds",
+                                                  "terminationGraceSeconds", "cleanupSeconds"}
+        for k, v in (rt["spec"].get("budgets") or {}).items():
+            assert stored["spec"]["budgets"][k] == v
+        assert stored["spec"]["recovery"]["onCleanupFailure"] in ("Hold", "Force")
+    # Re-applying (what `kubectl apply` users do) changes no spec: metadata.generation stays, so
+    # it can never look like a template change. (kubectl may still say "configured": its merge
+    # patch re-sends lists the API server defaulted, e.g. a port's protocol.)
+    before = {n: rts.get(n)["metadata"]["generation"] for n in names.values()}
+    cluster.kubectl("apply", "-f", str(ROOT / "examples"))
+    assert {n: rts.get(n)["metadata"]["generation"] for n in names.values()} == before
+
+    operators("op-examples", namespaces=[agents])
+    rts.wait_ready(names["mcp-server.yaml"], 1)
+    rts.wait_ready(names["browser-session.yaml"], 1)
+    suspended = names["suspended.yaml"]
+    wait_for(lambda: (rts.condition(suspended, "Ready") or {}).get("reason") == "Suspended",
+             timeout=60, what=f"{suspended} Ready=False Suspended")
+    assert not rts.pods(suspended)
+    svc = client.CoreV1Api(cluster.api_client).read_namespaced_service(names["mcp-server.yaml"], agents)
+    assert svc.spec.session_affinity == "ClientIP"
+    wide = cluster.kubectl("get", "trt", "-n", agents, "-o", "wide").stdout
+    assert wide.splitlines()[0].split()[-2:] == ["STEP", "MESSAGE"], wide
+    print(wide)
+    print(json.dumps(rts.status(names["mcp-server.yaml"]).get("conditions"), indent=1))
