@@ -136,11 +136,13 @@ def check_matrix(cluster: Any, user: str, rows: list[Row], where: dict[str, str 
 
 # Granted in each namespace the operator watches.
 GRANTED = [
-    ("get", "toolruntimes.baton.dev"), ("list", "toolruntimes.baton.dev"),
+    ("list", "toolruntimes.baton.dev"),
     ("watch", "toolruntimes.baton.dev"), ("patch", "toolruntimes.baton.dev"),
     ("patch", "toolruntimes.baton.dev/status"), ("update", "toolruntimes.baton.dev/finalizers"),
-    ("list", "pods"), ("watch", "pods"), ("create", "pods"), ("patch", "pods"), ("delete", "pods"),
-    ("get", "services"), ("create", "services"), ("patch", "services"), ("delete", "services"),
+    ("get", "pods"), ("list", "pods"), ("watch", "pods"), ("create", "pods"), ("patch", "pods"),
+    ("delete", "pods"),
+    ("get", "services"), ("list", "services"), ("watch", "services"), ("create", "services"),
+    ("patch", "services"), ("delete", "services"),
     ("get", "leases.coordination.k8s.io"), ("list", "leases.coordination.k8s.io"),
     ("watch", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"),
     ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"),
@@ -153,7 +155,7 @@ DENIED = [
     ("create", "toolruntimes.baton.dev"), ("update", "toolruntimes.baton.dev"),
     ("delete", "toolruntimes.baton.dev"), ("update", "toolruntimes.baton.dev/status"),
     ("create", "pods/exec"), ("get", "pods/log"), ("create", "pods/eviction"),
-    ("update", "pods"), ("create", "pods/ephemeralcontainers"), ("list", "services"),
+    ("update", "pods"), ("create", "pods/ephemeralcontainers"), ("update", "services"),
     ("create", "secrets"), ("update", "secrets"), ("create", "configmaps"),
     ("create", "serviceaccounts/token"), ("create", "deployments.apps"),
     ("create", "rolebindings.rbac.authorization.k8s.io"), ("patch", "leases.coordination.k8s.io"),

@@ -4,7 +4,7 @@ helm is the pinned build from `make tools`; nothing here talks to an API server.
 """
 from __future__ import annotations
 
-import ast
+import importlib
 import copy
 import json
 import re
@@ -279,34 +279,27 @@ def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
     assert not [g for g in _grants(_rules(never, "Role")) if g[1] == "secrets"]
 
 
-# The operator's API calls, read from its source: each must be granted by the chart's rules.
-VERB_OF = {"read": "get", "get": "get", "list": "list", "create": "create", "patch": "patch",
-           "replace": "update", "delete": "delete"}
-PLURAL_OF = {"pod": "pods", "service": "services", "lease": "leases", "event": "events",
-             "config_map": "configmaps", "secret": "secrets", "endpoint_slice": "endpointslices"}
-GROUP_OF = {"pods": "", "services": "", "events": "", "configmaps": "", "secrets": "",
-            "leases": "coordination.k8s.io", "endpointslices": "discovery.k8s.io"}
+# The operator's API calls, declared next to them (each baton.k8s module and the informers in
+# baton.cache.views carry RBAC = ((apiGroup, resource, verbs), ...)), and checked against the
+# calls each module makes: an HTTP method outside its declaration fails here.
+HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "PUT": {"update"},
+              "DELETE": {"delete"}}
+RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
+                "baton.k8s.events", "baton.k8s.configrefs", "baton.cache.views"]
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) of every client call in operator/baton/k8s and every kopf
-    watch in handlers.py."""
     needed: set[tuple[str, str, str]] = set()
-    for path in sorted((OPERATOR / "k8s").glob("*.py")):
-        for m in re.finditer(r"\.(read|get|list|create|patch|replace|delete)_namespaced_(\w+?)(?:\(|,|$)",
-                             path.read_text(), re.M):
-            verb, what = VERB_OF[m.group(1)], m.group(2)
-            if what.startswith("custom_object"):
-                res = "toolruntimes/status" if what.endswith("_status") else "toolruntimes"
-                needed.add(("baton.dev", res, verb))
-            else:
-                plural = PLURAL_OF[what]
-                needed.add((GROUP_OF[plural], plural, verb))
-    tree = ast.parse((OPERATOR / "handlers.py").read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "event" and len(node.args) >= 3:
-            group, _, plural = (a.value for a in node.args[:3])  # type: ignore[attr-defined]
-            needed |= {(group, plural, "list"), (group, plural, "watch")}
+    for name in RBAC_MODULES:
+        module = importlib.import_module(name)
+        declared = {(g, r, v) for g, r, verbs in module.RBAC for v in verbs}
+        assert declared, f"{name} declares no RBAC"
+        text = Path(module.__file__).read_text()
+        methods = set(re.findall(r'request\(\s*"([A-Z]+)"', text)) | ({"GET"} if "get_or_none(" in text else set())
+        verbs = {v for _, _, v in declared}
+        for method in methods:
+            assert HTTP_VERBS[method] & verbs, f"{name} sends {method} but declares only {sorted(verbs)}"
+        needed |= declared
     return needed
 
 
@@ -314,6 +307,7 @@ def test_rbac_grants_every_call_the_operator_makes() -> None:
     needed = operator_api_calls()
     assert ("", "pods", "create") in needed and ("baton.dev", "toolruntimes", "watch") in needed
     granted = _grants(_rules(render({"rbac.readSecrets": "always"}), "ClusterRole"))
+    assert ("", "pods", "get") in needed and ("", "services", "watch") in needed
     missing = needed - granted
     assert not missing, f"the operator calls these, the chart does not grant them: {sorted(missing)}"
     unused = {g for g in granted - needed if g[1] != "toolruntimes/finalizers"}

@@ -103,11 +103,11 @@ Used for the ClusterRole (all namespaces) and for each Role (a namespace list): 
 Baton touches is namespaced, so the rules are the same in both scopes.
 */}}
 {{- define "baton.rules" -}}
-# ToolRuntimes: kopf lists and watches them; Baton patches their metadata (its finalizer
-# baton.dev/retire, consumed verb annotations). No create, update or delete.
+# ToolRuntimes: Baton's informer lists and watches them; Baton patches their metadata (its
+# finalizer baton.dev/retire, consumed verb annotations). No create, update or delete.
 - apiGroups: ["baton.dev"]
   resources: ["toolruntimes"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch", "patch"]
 # Status is written only through the status subresource (fenced by the CRD's CEL rule).
 - apiGroups: ["baton.dev"]
   resources: ["toolruntimes/status"]
@@ -117,16 +117,18 @@ Baton touches is namespaced, so the rules are the same in both scopes.
 - apiGroups: ["baton.dev"]
   resources: ["toolruntimes/finalizers"]
   verbs: ["update"]
-# Generation pods: listed and watched (kopf), created, flipped serving true/false (patch),
-# deleted with the runtime's grace, force-deleted on a recorded force recovery.
+# Generation pods: listed and watched (selected by label baton.dev/runtime on the server), read
+# by name (the only proof a pod is gone), created, flipped serving true/false (patch), deleted
+# with the runtime's grace, force-deleted on a recorded force recovery.
 # No pods/exec, pods/log, pods/eviction, no update.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "create", "patch", "delete"]
-# The runtime's stable Service (spec.service).
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The runtime's stable Service (spec.service): listed and watched by label, read by name when a
+# create finds the name taken (a Service Baton does not own is reported, never touched).
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Lifecycle Leases baton-<runtime>: the per-runtime lock with its fencing token.
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
@@ -136,7 +138,8 @@ Baton touches is namespaced, so the rules are the same in both scopes.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
-# Stop admission = wait until no EndpointSlice of the runtime's Service lists the old pod ready.
+# Stop admission = wait until no EndpointSlice of the runtime's Service lists the old pod ready
+# (watched by label baton.dev/runtime, which the EndpointSlice controller copies from the Service).
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list", "watch"]

@@ -19,6 +19,18 @@ from baton.k8s import configrefs
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
+# The API rules the informers need (apiGroup, resource, verbs); ConfigMaps and Secrets only where
+# the chart grants them (BATON_WATCH_CONFIGMAPS / BATON_WATCH_SECRETS).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("baton.dev", "toolruntimes", ("list", "watch")),
+    ("", "pods", ("list", "watch")),
+    ("coordination.k8s.io", "leases", ("list", "watch")),
+    ("", "services", ("list", "watch")),
+    ("discovery.k8s.io", "endpointslices", ("list", "watch")),
+    ("", "configmaps", ("list", "watch")),
+    ("", "secrets", ("list", "watch")),
+)
+
 
 def _digest_only(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata") or {}

@@ -11,6 +11,10 @@ from typing import Any, Callable
 
 from baton.k8s import api, client
 
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("", "configmaps", ("get",)), ("", "secrets", ("get",)))
+
 ABSENT = "absent"
 UNREADABLE = "unreadable"
 # (kind, namespace, name) -> a digest, ABSENT, or None when the caller has no cached view of it.

@@ -7,6 +7,10 @@ import uuid
 
 from baton.k8s import api, client
 
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("", "events", ("create",)),)
+
 
 async def emit_event(
     *, namespace: str, runtime: str, runtime_uid: str, type_: str, reason: str, message: str, identity: str

@@ -11,6 +11,10 @@ from typing import Any
 
 from baton.k8s import api, client
 
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("coordination.k8s.io", "leases", ("get", "create", "update", "delete")),)
+
 
 class LeaseLost(Exception):
     """Someone else holds the Lease now, or it changed under us."""

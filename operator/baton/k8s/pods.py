@@ -6,6 +6,10 @@ from typing import Any
 
 from baton.k8s import api, client
 
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("", "pods", ("get", "create", "patch", "delete")),)
+
 
 def _path(namespace: str, name: str | None = None) -> str:
     return api.path("v1", "pods", namespace, name)

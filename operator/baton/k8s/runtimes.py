@@ -6,16 +6,16 @@ from typing import Any
 
 from baton.k8s import api, client
 
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("baton.dev", "toolruntimes", ("list", "patch")), ("baton.dev", "toolruntimes/status", ("patch",)))
+
 GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 
 
 def _path(namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
     return api.path(GROUP_VERSION, PLURAL, namespace, name, sub)
-
-
-async def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
-    return await client.work().get_or_none(_path(namespace, name))
 
 
 async def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str],

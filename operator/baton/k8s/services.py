@@ -6,6 +6,10 @@ from typing import Any
 
 from baton.k8s import api, client
 
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("", "services", ("get", "create", "patch", "delete")),)
+
 
 class NotOwned(Exception):
     """A Service with the runtime's name exists and the runtime does not own it."""
