@@ -44,6 +44,10 @@ CASES += [
     ("unknown-spec-field", _with(["spec", "replicas"], 2), ["replicas"]),
     ("unknown-budget", _with(["spec", "budgets", "idleSeconds"], 5), ["idleSeconds"]),
     ("bad-recovery", _with(["spec", "recovery"], {"onCleanupFailure": "Pray"}), ["spec.recovery.onCleanupFailure"]),
+    ("probe-path-without-slash", _with(["spec", "drain"], {"probe": {"httpGet": {"path": "idle", "port": 8080}}}),
+     ["spec.drain.probe.httpGet.path"]),
+    ("probe-path-with-space", _with(["spec", "drain"], {"probe": {"httpGet": {"path": "/a b", "port": 8080}}}),
+     ["spec.drain.probe.httpGet.path"]),
 ]
 
 
