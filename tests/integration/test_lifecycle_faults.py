@@ -220,8 +220,9 @@ def test_connect_timeout_retires_and_backs_off(operators: Start, rts: baton.Runt
     wait_for(lambda: len(pod_watch.added()) >= 4, timeout=60, what="four attempts")
     spans = pod_watch.lifetimes("noready")
     evs = pod_watch.snapshot()
-    gaps = [evs[nxt[2]].received - evs[prev[3]].received for prev, nxt in zip(spans, spans[1:])
-            if prev[3] is not None]
+    # spans: (name, uid, generation, index of ADDED, index of DELETED)
+    gaps = [evs[nxt[3]].received - evs[prev[4]].received for prev, nxt in zip(spans, spans[1:])
+            if prev[4] is not None]
     assert len(gaps) >= 3, spans
     assert gaps[1] > gaps[0] + 1.0 and gaps[2] > gaps[1] + 2.0, f"gaps between attempts: {gaps}"
     pod_watch.assert_one_at_a_time("noready")

@@ -39,7 +39,8 @@ def test_sigkilled_holder_is_replaced_within_lease_duration_plus_a_second(
     st = wait_for(lambda: (lambda s: s if s["holder"] == "op-b" else None)(rts.status("take")),
                   timeout=5, what="op-b's fencing token written")
     assert st["transition"]["to"] == 2
-    assert "resuming Handoff at step Draining" in b.log_text()
+    # The event is posted and logged right after that status write: wait for the line (bounded).
+    wait_for(lambda: "resuming Handoff at step Draining" in b.log_text(), timeout=5, what="op-b's resume logged")
 
 
 @pytest.mark.slow
