@@ -137,6 +137,8 @@ def make_pki(pki: Path) -> None:
                       "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
                       "DNS:kubernetes.default.svc.cluster.local"),
         "admin": ("/O=system:masters/CN=baton-admin", "clientAuth", ""),
+        # kwok's own identity, so that the admission policy below can tell its requests apart.
+        "kwok": ("/O=system:masters/CN=kwok", "clientAuth", ""),
         # The API server's identity towards aggregated servers; declaring it (requestheader
         # flags) also fills the CA bundle controller-manager and scheduler look up at start.
         "front-proxy-client": ("/CN=front-proxy-client", "clientAuth", ""),
@@ -159,7 +161,7 @@ def make_pki(pki: Path) -> None:
         p.chmod(0o600)
 
 
-def write_kubeconfig(path: Path, server: str, pki: Path) -> None:
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str = "admin") -> None:
     def b64(name: str) -> str:
         return base64.b64encode((pki / name).read_bytes()).decode()
 
@@ -169,7 +171,7 @@ def write_kubeconfig(path: Path, server: str, pki: Path) -> None:
         "clusters": [{"name": "baton-local", "cluster": {
             "server": server, "certificate-authority-data": b64("ca.crt")}}],
         "users": [{"name": "baton-admin", "user": {
-            "client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
+            "client-certificate-data": b64(f"{user}.crt"), "client-key-data": b64(f"{user}.key")}}],
         "contexts": [{"name": "baton-local", "context": {
             "cluster": "baton-local", "user": "baton-admin", "namespace": "default"}}],
         "current-context": "baton-local",
@@ -412,6 +414,8 @@ class Plane:
         etcd_port, peer_port, api_port, kcm_port, sched_port, kwok_port = free_ports(6)
         server = f"https://{LOOPBACK}:{api_port}"
         write_kubeconfig(self.kubeconfig, server, self.pki)
+        kwok_kc = self.run / "kwok.kubeconfig"
+        write_kubeconfig(kwok_kc, server, self.pki, user="kwok")
         kc = str(self.kubeconfig)
         pki = self.pki
         self.state.update({
@@ -484,8 +488,9 @@ class Plane:
             *common, f"--secure-port={sched_port}", f"--cert-dir={self.run / 'scheduler'}",
         ], None, die_with_parent)
         stages = sorted(str(p) for p in KWOK_STAGES.glob("*.yaml"))
+        self._kwok_deletes_like_a_kubelet(api)
         self._spawn("kwok", [
-            f"--kubeconfig={kc}", f"--config={','.join(stages)}",
+            f"--kubeconfig={kwok_kc}", f"--config={','.join(stages)}",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             f"--node-ip={LOOPBACK}", f"--cidr={KWOK_FALLBACK_CIDR}",
             f"--server-address={LOOPBACK}:{kwok_port}",
@@ -517,6 +522,35 @@ class Plane:
         self.state["started_seconds"] = round(time.monotonic() - t0, 2)
         self._save_state()
         return self.state
+
+    def _kwok_deletes_like_a_kubelet(self, api: AdminApi) -> None:
+        """A kubelet finishes a pod's deletion with the pod's UID as precondition; kwok (v0.8)
+        deletes by name, from a queue that can lag. With one pod name per runtime, a late kwok
+        delete meant for a generation already gone would hit its successor. This admission
+        policy lets kwok delete only pods that are terminating, as a kubelet would."""
+        policy = {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "kwok-deletes-like-a-kubelet"},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [{
+                    "apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]}]},
+                "matchConditions": [{"name": "kwok", "expression": 'request.userInfo.username == "kwok"'}],
+                "validations": [{
+                    "expression": "has(oldObject.metadata.deletionTimestamp)",
+                    "message": "kwok plays the kubelet: it only finishes deleting pods that are terminating"}],
+            },
+        }
+        binding = {
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": "kwok-deletes-like-a-kubelet"},
+            "spec": {"policyName": "kwok-deletes-like-a-kubelet", "validationActions": ["Deny"]},
+        }
+        for path, body in (("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies", policy),
+                           ("/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings", binding)):
+            status, obj = api.request("POST", path, body)
+            if status not in (201, 409):
+                raise PlaneError(f"creating {body['kind']}: HTTP {status}: {obj}")
 
     def _create_node(self, api: AdminApi, node: dict[str, Any]) -> None:
         body = {
