@@ -29,10 +29,10 @@ def _flag(env: dict[str, str], name: str, default: bool = True) -> bool:
     raise ValueError(f"{name} must be true or false, got {text!r}")
 
 
-def _workers(text: str) -> int:
-    n = int(text)
-    if not 1 <= n <= 256:
-        raise ValueError(f"BATON_WORKERS must be in 1..256, got {n}")
+def _bounded(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
+    n = int(env.get(name) or default)
+    if not low <= n <= high:
+        raise ValueError(f"{name} must be in {low}..{high}, got {n}")
     return n
 
 
@@ -77,8 +77,8 @@ class Settings:
             shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
             probe_allowed=allowed,
             log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
-            probe_concurrency=int(e.get("BATON_PROBE_CONCURRENCY", "64")),
-            workers=_workers(e.get("BATON_WORKERS", "8")),
+            probe_concurrency=_bounded(e, "BATON_PROBE_CONCURRENCY", 64, 1, 1024),
+            workers=_bounded(e, "BATON_WORKERS", 8, 1, 256),
             watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
         )
