@@ -73,8 +73,7 @@ class Api:
             ssl_ctx = ctx
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=pool_size, ssl=ssl_ctx, keepalive_timeout=60),
-            timeout=aiohttp.ClientTimeout(total=None, connect=CONNECT_TIMEOUT_SECONDS,
-                                          sock_read=READ_TIMEOUT_SECONDS),
+            timeout=self._timeout(CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS),
             json_serialize=json.dumps,
         )
         self._auth: str | None = None
@@ -82,6 +81,12 @@ class Api:
 
     async def close(self) -> None:
         await self._session.close()
+
+    @staticmethod
+    def _timeout(total: float) -> aiohttp.ClientTimeout:
+        # sock_connect, not connect: aiohttp's `connect` also counts waiting for a free pooled
+        # connection, which under load is queueing, not a dead peer. `total` bounds both.
+        return aiohttp.ClientTimeout(total=total, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=READ_TIMEOUT_SECONDS)
 
     def _headers(self, content_type: str | None = None) -> dict[str, str]:
         now = time.monotonic()
@@ -115,8 +120,7 @@ class Api:
         try:
             async with self._session.request(
                 method, url, data=data, headers=self._headers(content_type if data is not None else None),
-                timeout=aiohttp.ClientTimeout(total=timeout or CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS,
-                                              connect=CONNECT_TIMEOUT_SECONDS, sock_read=READ_TIMEOUT_SECONDS),
+                timeout=self._timeout(timeout or CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS),
             ) as resp:
                 code = str(resp.status)
                 raw = await resp.read()
@@ -168,7 +172,7 @@ class Api:
             query["fieldSelector"] = field_selector
         url = self.host + path + "?" + urlencode(query)
         # Bookmarks arrive about once a minute: silence much longer than that is a dead stream.
-        timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, connect=CONNECT_TIMEOUT_SECONDS, sock_read=90)
+        timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=90)
         async with self._session.get(url, headers=self._headers(), timeout=timeout) as resp:
             metrics.API_REQUESTS.labels(client=self.name, verb="WATCH", resource=_resource_of(path),
                                         code=str(resp.status)).inc()

@@ -33,12 +33,12 @@ def load_config() -> None:
             kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
 
 
-async def start(*, pool_size: int = 32) -> None:
+async def start(*, pool_size: int = 64) -> None:
     """Open the connection pools (inside the running event loop)."""
     global _WORK, _LEASES
     cfg = kubernetes.client.Configuration.get_default_copy()
     _WORK = api.Api(cfg, name="work", pool_size=pool_size)
-    _LEASES = api.Api(cfg, name="leases", pool_size=8)
+    _LEASES = api.Api(cfg, name="leases", pool_size=16)
 
 
 async def stop() -> None:
