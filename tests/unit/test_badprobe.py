@@ -120,6 +120,8 @@ def test_redirect_points_at_the_canary_which_counts_who_followed(canary: badprob
         # A client that follows redirects (urllib) lands on the canary, which records it.
         with urllib.request.urlopen(f"http://{POD_IP}:{srv.port}/idle", timeout=5) as r:
             assert r.status == 200 and r.read() == b"idle"
+        wait_for(lambda: [c.answered for c in canary.connections()] == [200], timeout=5, interval=0.02,
+                 what="the canary's answer recorded")
         [seen] = canary.connections()
         assert seen.request_line == "GET /idle HTTP/1.1" and seen.answered == 200
         assert seen.peer[0].startswith("127.")
@@ -128,7 +130,9 @@ def test_redirect_points_at_the_canary_which_counts_who_followed(canary: badprob
 def test_idle_after_answers_503_while_busy() -> None:
     with badprobe.idle_after(POD_IP, 0, seconds=3600) as srv:
         assert _get(*srv.address) == (503, b"busy")
-        assert [c.answered for c in srv.connections()] == [503]
+        # The server records what it sent right after sending it: wait for that (bounded).
+        wait_for(lambda: [c.answered for c in srv.connections()] == [503], timeout=5, interval=0.02,
+                 what="the 503 recorded")
 
 
 def test_idle_after_answers_200_once_its_time_has_come_and_never_503_after() -> None:
@@ -138,6 +142,8 @@ def test_idle_after_answers_200_once_its_time_has_come_and_never_503_after() -> 
         assert srv.started is not None and time.monotonic() - srv.started >= 1.0
         for _ in range(3):
             assert _get(*srv.address)[0] == 200
+        wait_for(lambda: all(c.answered is not None for c in srv.connections()), timeout=5, interval=0.02,
+                 what="every answer recorded")
         answers = [c.answered for c in srv.connections()]
         assert set(answers) <= {503, 200} and answers[-4:] == [200] * 4
         assert answers == sorted(answers, key=lambda s: s == 200), "a 503 after a 200"
