@@ -25,6 +25,7 @@ from baton.cache import views as vw
 from baton.k8s import client, leases
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import spec as spec_model
 from baton.model import status as st
 
 log = logging.getLogger("baton.runner")
@@ -186,6 +187,20 @@ class Runner:
                 if retiring is not None:
                     result = await self.prober.probe(pod=retiring, probe=o.spec.drain.probe)
                     snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
+            elif (t is None and o.status.pending is not None and o.spec.drain.probe is not None
+                  and o.status.current is not None and o.spec.handoff.policy == spec_model.HandoffPolicy.WHEN_IDLE
+                  and self.executor.holds(key)):
+                # A change waits for idle (handoff policy WhenIdle): decide() takes the Lease only
+                # when a check is due, so this probe runs at most once per check interval.
+                serving = next((pd for pd in snap.pods if pd["metadata"]["uid"] == o.status.current.uid), None)
+                idle: bool = False
+                error: str | None = "the serving pod is not in view"
+                if serving is not None:
+                    result = await self.prober.probe(pod=serving, probe=o.spec.drain.probe)
+                    idle, error = result.idle, result.error
+                local.idle_checked_at = execute.utcnow()
+                snap.observed = o = o.model_copy(update={"drain_idle": idle, "drain_probe_error": error,
+                                                         "idle_checked_at": local.idle_checked_at})
             b = o.spec.budgets
             self.last_status[key] = (o.status, float(b.lock_seconds + b.connect_seconds + b.drain_seconds
                                                       + b.cleanup_seconds))

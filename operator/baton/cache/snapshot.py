@@ -33,6 +33,7 @@ class Local:
     backoff_base_seconds: float
     lease_held_here: bool = False
     lock_wait_since: datetime.datetime | None = None
+    idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
     last_error: str | None = None
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
@@ -185,8 +186,8 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         local.reads += 1
         svc = await services.read_service(namespace, name)
     refs = mf.config_refs(spec.template) if spec_error is None else []
-    digest, missing, unreadable = (
-        await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], []))
+    digest, missing, unreadable, config_parts = (
+        await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], [], []))
     endpoints_listed: bool | None = None
     t = status.transition
     if t is not None and t.step == st.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
@@ -203,6 +204,7 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         spec=spec,
         status=status,
         desired_hash=mf.template_hash(spec.template, digest),
+        desired_parts=(("template", mf.template_hash(spec.template)), *config_parts),
         pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
         lease=lease_info(lease, local.lease_duration_seconds, local.lease_unchanged_seconds(lease)),
         service=service_info(svc, uid),
@@ -213,6 +215,7 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         lease_duration_seconds=local.lease_duration_seconds,
         lease_held_here=local.lease_held_here,
         lock_wait_since=local.lock_wait_since,
+        idle_checked_at=local.idle_checked_at,
         last_error=local.last_error,
         pod_rejected=local.pod_rejected,
         spec_error=spec_error,

@@ -323,11 +323,16 @@ def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
     if stale:
         return p.Plan(stale, 0, "stale verb refused")
 
-    start = _intent(o, now, current_pod)
+    start: st.Transition | float | None = _intent(o, now, current_pod)
     if isinstance(start, st.Transition):
         if o.shutting_down:
             return _park(o, now, "shutting down: no new transition")
-        return _with_lease(o, now, lambda: _begin(o, now, start))
+        gate = _handoff_gate(o, now, start)
+        if isinstance(gate, p.Plan):
+            return gate
+        if isinstance(gate, st.Transition):
+            return _with_lease(o, now, lambda: _begin(o, now, gate))
+        start = gate.wait  # held back by the handoff policy: the steady path below, then wait
 
     service_actions = _service_actions(o)
     desired = _steady_status(o, now, current_pod)
@@ -457,6 +462,88 @@ def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | 
                          started_at=now, step_started_at=now)
 
 
+# --- the handoff policy: a change may wait (WhenIdle, Manual) ------------------------------------
+
+# While a change waits for idle, the drain probe runs at most this often (each check takes the
+# Lease, probes, and hands the Lease back: two writes), however short the probe's period.
+PENDING_CHECK_FLOOR_SECONDS = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """The handoff policy holds a change back: the runtime stays idle; look again after `wait`."""
+
+    wait: float | None
+
+
+def _what_changed(o: obs.Observed) -> tuple[str, ...]:
+    """Which inputs of the hash changed since the current generation: "template", "ConfigMap/x"..."""
+    current = o.status.current
+    before = current.parts if current is not None else None
+    unknown = ("template or referenced config",)
+    if not before or not o.desired_parts:
+        return unknown
+    after = dict(o.desired_parts)
+    keys = sorted(set(before) | set(after), key=lambda k: (k != "template", k))
+    return tuple(k for k in keys if before.get(k) != after.get(k)) or unknown
+
+
+def _pending_message(o: obs.Observed, pending: st.PendingChange) -> str:
+    gen = o.status.current.generation if o.status.current else 0
+    what = f"{', '.join(pending.changed)} changed since generation {gen} started"
+    if o.spec.handoff.policy == spec_model.HandoffPolicy.MANUAL:
+        return f'{what}; handoff policy Manual: hands off on annotation {mf.ANN_RESET}: "{gen}"'
+    until = pending.since + _seconds(o.spec.budgets.pending_seconds)
+    return (f"{what}; handoff policy WhenIdle: hands off when the drain probe says idle, at the latest at "
+            f"{until.isoformat()} (budgets.pendingSeconds={o.spec.budgets.pending_seconds})")
+
+
+def _check_interval(o: obs.Observed) -> float:
+    probe = o.spec.drain.probe
+    return max(PENDING_CHECK_FLOOR_SECONDS, float(probe.period_seconds if probe else 0))
+
+
+def _handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.Transition | p.Plan | Hold:
+    """A template change under policy WhenIdle or Manual waits; every other trigger (reset,
+    suspend, deletion, a lost pod, a stray) goes at once."""
+    policy = o.spec.handoff.policy
+    if t.trigger != st.Trigger.TEMPLATE_CHANGED or policy == spec_model.HandoffPolicy.IMMEDIATE:
+        return t
+    pending = o.status.pending
+    if pending is None or pending.template_hash != o.desired_hash:
+        # Recorded first (a status write under the Lease): the wait is bounded from `since`, kept
+        # across replicas and restarts; a further change keeps the first `since`.
+        rec = st.PendingChange(template_hash=o.desired_hash, since=pending.since if pending else now,
+                               changed=_what_changed(o))
+        msg = _pending_message(o, rec)
+        reason = R.WAITING_FOR_RESET if policy == spec_model.HandoffPolicy.MANUAL else R.WAITING_FOR_IDLE
+        status = _with_conditions(_base(o, now).model_copy(update={"pending": rec}), o, now,
+                                  (C.UPDATE_PENDING, True, reason, msg))
+        return _with_lease(o, now, lambda: p.Plan(
+            (p.WriteStatus(status), p.Event("Normal", reason.value, msg)), 0, "change held back by the handoff policy"))
+    if policy == spec_model.HandoffPolicy.MANUAL:
+        return Hold(None)  # until a reset names the current generation (the reset trigger)
+    budget = float(o.spec.budgets.pending_seconds)
+    waited = (now - pending.since).total_seconds()
+    if waited >= budget:
+        return t.model_copy(update={"message": f"WhenIdle: not idle within budgets.pendingSeconds={budget:.0f}; "
+                                               "handing off anyway"})
+    if o.spec.drain.probe is None or o.drain_idle:
+        return t.model_copy(update={"message": "WhenIdle: the drain probe said idle"
+                                    if o.spec.drain.probe else "WhenIdle: no drain probe to wait for"})
+    left = budget - waited + 0.05
+    interval = _check_interval(o)
+    if _held_by_me(o):
+        # Probed (or could not probe) and not idle: hand the Lease back, check again later.
+        return Hold(min(interval, left))
+    if o.idle_checked_at is not None:
+        since_check = (now - o.idle_checked_at).total_seconds()
+        if since_check < interval:
+            return Hold(min(interval - since_check, left))
+    # Time to check: only the Lease holder probes, so take the Lease first.
+    return _with_lease(o, now, lambda: p.Plan((), 0, "WhenIdle: probe"))
+
+
 def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     status = _base(o, now)
     degraded = status.condition(C.DEGRADED)
@@ -465,6 +552,10 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
         changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))
     latest = max(status.latest_generation, t.to or 0)
     update: dict[str, object] = {"transition": t, "latest_generation": latest}
+    if t.trigger != st.Trigger.ORPHAN and (status.pending is not None or _holds(status, C.UPDATE_PENDING)):
+        # Any transition of the serving generation takes the held-back change up.
+        update["pending"] = None
+        changes.append((C.UPDATE_PENDING, False, R.UP_TO_DATE, f"taken up by {_v(t.kind)} {_arrow(t)} ({_v(t.trigger)})"))
     if t.trigger == st.Trigger.RESET:
         update["pending_reset"] = None
     status = status.model_copy(update=update)
@@ -490,8 +581,19 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     return p.Plan(tuple(actions), 0, f"begin {_v(t.kind)} {_arrow(t)}")
 
 
+def _holds(status: st.ToolRuntimeStatus, kind: st.ConditionType) -> bool:
+    c = status.condition(kind)
+    return c is not None and c.status == "True"
+
+
 def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
     status = o.status
+    current = status.current
+    if (status.pending is not None or _holds(status, C.UPDATE_PENDING)) and (
+            current is None or current.template_hash == o.desired_hash):
+        # The change was undone (or nothing serves to hold back): nothing waits any more.
+        status = _with_conditions(status.model_copy(update={"pending": None}), o, now,
+                                  (C.UPDATE_PENDING, False, R.UP_TO_DATE, "the spec matches the serving generation"))
     squatters = _squatters(o)
     claimants = _foreign_claimants(o)
     if (not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs
@@ -1032,8 +1134,9 @@ def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
             # A label patch that keeps failing is bounded too: past connectSeconds it is a
             # connect timeout like any other (the condition below).
             return p.Plan((p.SetServing(pod.name, pod.uid, True),), 0 if o.last_error is None else 1.0, "serve")
-        current = st.Current(generation=to, pod=pod.name, uid=pod.uid,
-                             template_hash=t.template_hash or pod.template_hash or o.desired_hash,
+        built_from = t.template_hash or pod.template_hash or o.desired_hash
+        current = st.Current(generation=to, pod=pod.name, uid=pod.uid, template_hash=built_from,
+                             parts=dict(o.desired_parts) if o.desired_parts and built_from == o.desired_hash else None,
                              started_at=pod.created_at, ready_since=now)
         status = _base(o, now).model_copy(update={"current": current, "transition": None, "retry": None})
         changes: list[Cond] = [
