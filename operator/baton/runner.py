@@ -63,6 +63,7 @@ class Runner:
         self.started = True
         v = self.views
         v.runtimes.listeners.append(self._on_runtime)
+        v.claims.listeners.append(self._on_claim)
         v.pods.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))
         v.services.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))
         v.slices.listeners.append(self._by_label(vw.SERVICE_NAME_LABEL))
@@ -84,6 +85,13 @@ class Runner:
         if obj is not None:
             meta = obj["metadata"]
             self.wake(meta.get("namespace") or "", meta["name"])
+
+    def _on_claim(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        # A claim pins (or stops pinning) the generation of the runtime it names.
+        for obj in (old, new):
+            runtime = vw.claim_runtime(obj) if obj is not None else None
+            if obj is not None and runtime:
+                self.wake((obj.get("metadata") or {}).get("namespace") or "", runtime)
 
     def _by_label(self, label: str) -> st_mod.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -202,8 +210,9 @@ class Runner:
                 snap.observed = o = o.model_copy(update={"drain_idle": idle, "drain_probe_error": error,
                                                          "idle_checked_at": local.idle_checked_at})
             b = o.spec.budgets
+            pin_wait = b.pin_seconds if t is not None and t.pin_wait_since is not None else 0
             self.last_status[key] = (o.status, float(b.lock_seconds + b.connect_seconds + b.drain_seconds
-                                                      + b.cleanup_seconds))
+                                                      + b.cleanup_seconds + pin_wait))
             plan = lifecycle.decide(o, execute.utcnow())
             if plan.lease_wait or plan.find(p.AcquireLease):
                 if local.lock_wait_since is None:

@@ -19,6 +19,7 @@ import pydantic
 from baton.cache import views as vw
 from baton.k8s import client, configrefs, pods, services
 from baton.lifecycle import manifests as mf
+from baton.model import claims as claims_model
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -118,6 +119,19 @@ def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> obs.Servi
     )
 
 
+def claim_info(obj: dict[str, Any]) -> claims_model.Claim | None:
+    """A ToolRuntimeClaim as decide() reads it; None for one the CRD should not have let through."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    try:
+        return claims_model.Claim.model_validate({
+            "name": meta["name"], "uid": meta.get("uid") or "", "runtime": (spec.get("runtimeRef") or {}).get("name") or "",
+            "generation": spec.get("generation"), "fork": spec.get("fork"), "branch": spec.get("branch"),
+            "state": spec.get("state"), "references": tuple(spec.get("references") or ()),
+            "phase": (obj.get("status") or {}).get("phase")})
+    except (KeyError, TypeError, pydantic.ValidationError):
+        return None
+
+
 def _error_text(exc: pydantic.ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(x) for x in first.get("loc", ()))
@@ -209,6 +223,7 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         lease=lease_info(lease, local.lease_duration_seconds, local.lease_unchanged_seconds(lease)),
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,
+        claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
         missing_config_refs=tuple(missing),
         unreadable_config_refs=tuple(unreadable),
         identity=local.identity,

@@ -10,6 +10,7 @@ import datetime
 import pydantic
 
 from baton.model import base, spec, status
+from baton.model import claims as claims_model
 
 
 class PodInfo(base.Model):
@@ -86,6 +87,8 @@ class Observed(base.Model):
     # (Also while a change waits for idle under handoff policy WhenIdle, then of the serving pod.)
     # When this process last probed the serving pod for a waiting change (its own clock).
     idle_checked_at: datetime.datetime | None = None
+    # ToolRuntimeClaims that name this runtime (spec.runtimeRef.name), from the watch-fed view.
+    claims: tuple[claims_model.Claim, ...] = ()
     # Referenced ConfigMaps/Secrets that do not exist (names only, never data).
     missing_config_refs: tuple[str, ...] = ()
     # Referenced objects Baton may not read (RBAC): they block nothing, but their data is not hashed.

@@ -65,6 +65,11 @@ class Reason(str, enum.Enum):
     WAITING_FOR_IDLE = "WaitingForIdle"  # UpdatePending: policy WhenIdle
     WAITING_FOR_RESET = "WaitingForReset"  # UpdatePending: policy Manual
     UP_TO_DATE = "UpToDate"  # UpdatePending=False
+    AWAITING_PIN_RELEASE = "AwaitingPinRelease"  # Progressing: a retire waits for claims' pins
+    PINNED_BY_COMMIT_ELIGIBLE_CLAIM = "PinnedByCommitEligibleClaim"  # RetirementBlocked=True
+    NOT_BLOCKED = "NotBlocked"  # RetirementBlocked=False
+    FORCE_RETIRED = "ForceRetired"  # event: a person retired a pinned generation
+    STALE_FORCE_RETIRE = "StaleForceRetire"  # event: a force-retire naming another generation
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
@@ -174,6 +179,11 @@ class Transition(base.Model):
     message: str | None = None
     attempt: int | None = None  # refusals of this step by the API server (pod creation)
     not_before: datetime.datetime | None = None  # back-off: the step is not retried before
+    # Pins (ToolRuntimeClaims): when this retire began waiting for them before stopping admission,
+    # whether it is past budgets.pinSeconds (RetirementBlocked), and a force-retire that ended it.
+    pin_wait_since: datetime.datetime | None = None
+    pin_blocked: bool = False
+    force_retired: str | None = None
 
     @property
     def retiring(self) -> bool:
