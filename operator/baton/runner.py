@@ -197,7 +197,7 @@ class Runner:
                     snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
             elif (t is None and o.status.pending is not None and o.spec.drain.probe is not None
                   and o.status.current is not None and o.spec.handoff.policy == spec_model.HandoffPolicy.WHEN_IDLE
-                  and self.executor.holds(key)):
+                  and self.executor.holds(key) and lifecycle.idle_check_due(o, execute.utcnow())):
                 # A change waits for idle (handoff policy WhenIdle): decide() takes the Lease only
                 # when a check is due, so this probe runs at most once per check interval.
                 serving = next((pd for pd in snap.pods if pd["metadata"]["uid"] == o.status.current.uid), None)

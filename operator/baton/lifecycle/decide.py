@@ -533,6 +533,12 @@ def _check_interval(o: obs.Observed) -> float:
     return max(PENDING_CHECK_FLOOR_SECONDS, float(probe.period_seconds if probe else 0))
 
 
+def idle_check_due(o: obs.Observed, now: datetime.datetime) -> bool:
+    """Whether the Lease holder should probe the serving pod for a change waiting for idle now
+    (the worker asks before probing: every pass under the Lease must not dial the pod)."""
+    return o.idle_checked_at is None or (now - o.idle_checked_at).total_seconds() >= _check_interval(o)
+
+
 def _handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.Transition | p.Plan | Hold:
     """A template change under policy WhenIdle or Manual waits; every other trigger (reset,
     suspend, deletion, a lost pod, a stray) goes at once."""
@@ -563,13 +569,14 @@ def _handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> 
                                     if o.spec.drain.probe else "WhenIdle: no drain probe to wait for"})
     left = budget - waited + 0.05
     interval = _check_interval(o)
-    if _held_by_me(o):
-        # Probed (or could not probe) and not idle: hand the Lease back, check again later.
-        return Hold(min(interval, left))
     if o.idle_checked_at is not None:
         since_check = (now - o.idle_checked_at).total_seconds()
         if since_check < interval:
+            # Checked lately (maybe in this very pass) and not idle: the Lease goes back (the
+            # steady path below releases it), the next check after the interval.
             return Hold(min(interval - since_check, left))
+    if _held_by_me(o):
+        return Hold(min(interval, left))  # a check was due but could not run here: look again later
     # Time to check: only the Lease holder probes, so take the Lease first.
     return _with_lease(o, now, lambda: p.Plan((), 0, "WhenIdle: probe"))
 
