@@ -78,6 +78,13 @@ def test_every_trigger_waits_for_pins_without_stopping_admission(o: obs.Observed
     assert "claims plan-42-b" in write.status.condition(C.PROGRESSING).message
 
 
+def test_claims_not_yet_readable_hold_the_retire_as_if_pinned() -> None:
+    plan = decide(changed(claims_known=False), NOW)
+    [write] = plan.find(p.WriteStatus)
+    assert write.status.transition.pin_wait_since == NOW and not flips_serving_off(plan)
+    assert "not yet readable" in write.status.condition(C.PROGRESSING).message
+
+
 def test_a_lost_pod_cannot_be_pinned() -> None:
     plan = decide(changed(ELIGIBLE, pods=(b.pod(7, phase="Failed"),)), NOW)
     [write] = plan.find(p.WriteStatus)

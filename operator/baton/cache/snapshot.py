@@ -224,6 +224,7 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,
         claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
+        claims_known=views.claims_known(namespace),
         missing_config_refs=tuple(missing),
         unreadable_config_refs=tuple(unreadable),
         identity=local.identity,

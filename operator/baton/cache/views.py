@@ -98,6 +98,12 @@ class Views:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    def claims_known(self, namespace: str) -> bool:
+        """Whether the claims view of `namespace` is filled (listed, not forbidden): until it is,
+        a retire cannot tell whether a claim pins its generation."""
+        informers = [i for i in self.informers if i.store is self.claims and i.namespace in (None, namespace)]
+        return bool(informers) and all(i.synced.is_set() and i.forbidden is None for i in informers)
+
     def config_lookup(self, kind: str, namespace: str, name: str) -> str | None:
         """A referenced object's digest from the view, ABSENT, or None (no view: read it)."""
         store = self.configmaps if kind == "ConfigMap" else self.secrets

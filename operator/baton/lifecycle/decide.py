@@ -885,7 +885,7 @@ def _pin_gate_applies(t: st.Transition, old: obs.PodInfo) -> bool:
 
 
 def _pins_of(o: obs.Observed, t: st.Transition) -> pn.Pins:
-    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0)
+    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=o.claims_known)
 
 
 def _pin_deadline(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> datetime.datetime:

@@ -22,19 +22,24 @@ class Pins:
 
     claims: tuple[str, ...] = ()
     branches: tuple[tuple[str, str], ...] = ()
+    unknown: bool = False  # the claims could not be read: treated as pinned (fail closed)
 
     @property
     def pinned(self) -> bool:
-        return bool(self.claims)
+        return bool(self.claims) or self.unknown
 
     def describe(self) -> str:
+        if self.unknown:
+            return "ToolRuntimeClaims not yet readable (the claims view is not listed, or forbidden)"
         text = "claims " + ", ".join(self.claims)
         if self.branches:
             text += " (through branches " + ", ".join(f"{fork}/{branch}" for fork, branch in self.branches) + ")"
         return text
 
 
-def pins(*, claims: Iterable[cm.Claim], runtime: str, generation: int) -> Pins:
+def pins(*, claims: Iterable[cm.Claim], runtime: str, generation: int, known: bool = True) -> Pins:
+    if not known:
+        return Pins(unknown=True)
     mine = [c for c in claims if c.runtime == runtime]
     # (fork, branch) of every claim on this generation, whatever its state.
     on_generation = {(c.fork, c.branch) for c in mine if c.generation == generation}

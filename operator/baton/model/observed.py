@@ -89,6 +89,9 @@ class Observed(base.Model):
     idle_checked_at: datetime.datetime | None = None
     # ToolRuntimeClaims that name this runtime (spec.runtimeRef.name), from the watch-fed view.
     claims: tuple[claims_model.Claim, ...] = ()
+    # False until the claims view is listed (or while it is forbidden): pins are then unknown, and
+    # a retire waits as if pinned (fail closed), within budgets.pinSeconds.
+    claims_known: bool = True
     # Referenced ConfigMaps/Secrets that do not exist (names only, never data).
     missing_config_refs: tuple[str, ...] = ()
     # Referenced objects Baton may not read (RBAC): they block nothing, but their data is not hashed.
