@@ -243,8 +243,13 @@ class Executor:
             await pods.force_delete_pod(ns, action.pod, action.uid)
             log.warning("force-deleted pod %s uid=%s", action.pod, action.uid, extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.SetClaimPhase):
-            written = await claims.patch_claim_status(ns, action.name, uid=action.uid,
-                                                      status_patch={"phase": action.phase, "message": action.message})
+            try:
+                written = await claims.patch_claim_status(
+                    ns, action.name, uid=action.uid, status_patch={"phase": action.phase, "message": action.message})
+            except Exception as exc:  # a claim's phase is information, never a reason to stop
+                log.warning("phase %s of claim %s not written: %s", action.phase, action.name, client.short(exc),
+                            extra={"runtime": f"{ns}/{name}"})
+                return
             seen(written, "ToolRuntimeClaim")
         else:  # pragma: no cover - exhaustive
             raise TypeError(f"unknown action {action!r}")

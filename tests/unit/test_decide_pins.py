@@ -215,7 +215,10 @@ def test_claims_on_a_gone_generation_are_marked_stale_and_live_ones_bound() -> N
                            claim("future", CS.SPECULATIVE, generation=9, phase=None),
                            claim("said", CS.COMMITTED, generation=5, phase="Stale")))
     plan = decide(o, NOW)
+    assert plan.kinds() == ["SetClaimPhase", "SetClaimPhase", "ReleaseLease"] and plan.wait_seconds is None
     assert [(a.name, a.phase) for a in plan.find(p.SetClaimPhase)] == [("gone", "Stale"), ("live", "Bound")]
+    # Without the Lease: take it first (claims' status is written by the holder only).
+    assert decide(o.model_copy(update={"lease": b.lease_free()}), NOW).kinds() == ["AcquireLease"]
     # A claim on a gone generation pins nothing, even Committed: the retire of 7 is not held.
     [write] = decide(o.model_copy(update={"desired_hash": b.HASH2}), NOW).find(p.WriteStatus)
     assert write.status.transition is not None and write.status.transition.pin_wait_since is None

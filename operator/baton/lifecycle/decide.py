@@ -351,7 +351,10 @@ def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
                                                   "steady status"))
     claim_phases = _claim_phases(o)
     if claim_phases and not o.shutting_down:
-        return _with_lease(o, now, lambda: p.Plan((*service_actions, *claim_phases), 0, "claim phases"))
+        # Said once: the claims' own watch events wake the runtime again; a write that failed is
+        # retried on the next wake-up, never in a loop. The Lease goes back at once.
+        return _with_lease(o, now, lambda: p.Plan((*service_actions, *claim_phases, p.ReleaseLease()), wait,
+                                                  "claim phases"))
     if o.lease.holder == o.identity:
         return p.Plan((*service_actions, p.ReleaseLease()), wait, "idle: release Lease")
     return p.Plan(service_actions, wait, "idle")
