@@ -223,6 +223,7 @@ schema: dict[str, Any] = {
             "drainIncomplete": obj({"threshold": {"type": "number", "minimum": 0}, "window": dict(dur),
                                     "for": dict(dur)}),
             "operatorDownFor": dict(dur),
+            "retirementBlockedFor": dict(dur),
         }),
     }),
     "grafanaDashboard": obj({"enabled": b(), "namespace": {**dns1123, "pattern": r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$"},

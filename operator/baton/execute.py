@@ -25,7 +25,7 @@ from typing import Any, Callable
 from baton import metrics
 from baton.cache import snapshot as snapshot_mod
 from baton.cache import views as vw
-from baton.k8s import client, events, leases, pods, runtimes, services
+from baton.k8s import claims, client, events, leases, pods, runtimes, services
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 
@@ -77,7 +77,7 @@ class Executor:
         if not isinstance(obj, dict) or "metadata" not in obj:
             return
         store = {"Pod": self.views.pods, "Lease": self.views.leases, "Service": self.views.services,
-                 "ToolRuntime": self.views.runtimes}.get(kind or str(obj.get("kind") or ""))
+                 "ToolRuntime": self.views.runtimes, "ToolRuntimeClaim": self.views.claims}.get(kind or str(obj.get("kind") or ""))
         if store is not None:
             store.apply(obj)
 
@@ -242,6 +242,15 @@ class Executor:
         elif isinstance(action, p.ForceDeletePod):
             await pods.force_delete_pod(ns, action.pod, action.uid)
             log.warning("force-deleted pod %s uid=%s", action.pod, action.uid, extra={"runtime": f"{ns}/{name}"})
+        elif isinstance(action, p.SetClaimPhase):
+            try:
+                written = await claims.patch_claim_status(
+                    ns, action.name, uid=action.uid, status_patch={"phase": action.phase, "message": action.message})
+            except Exception as exc:  # a claim's phase is information, never a reason to stop
+                log.warning("phase %s of claim %s not written: %s", action.phase, action.name, client.short(exc),
+                            extra={"runtime": f"{ns}/{name}"})
+                return
+            seen(written, "ToolRuntimeClaim")
         else:  # pragma: no cover - exhaustive
             raise TypeError(f"unknown action {action!r}")
 
@@ -339,3 +348,7 @@ class Executor:
             metrics.NAME_CONFLICTS.labels(**labels).inc()
         elif action.metric == m.TRANSITIONS:
             metrics.TRANSITIONS.labels(**labels).inc()
+        elif action.metric == m.RETIREMENTS_BLOCKED:
+            metrics.RETIREMENTS_BLOCKED_TOTAL.inc()
+        elif action.metric == m.FORCE_RETIRES:
+            metrics.FORCE_RETIRES.inc()

@@ -99,6 +99,15 @@ API_LATENCY = prometheus_client.Histogram(
 CACHE_OBJECTS = prometheus_client.Gauge(
     "baton_cache_objects", "Objects held in the watch-fed caches, by kind.", ["kind"], registry=REGISTRY,
 )
+RETIREMENTS_BLOCKED_TOTAL = prometheus_client.Counter(
+    "baton_retirements_blocked_total",
+    "Retires that outlasted budgets.pinSeconds waiting for ToolRuntimeClaim pins (RetirementBlocked).",
+    registry=REGISTRY,
+)
+FORCE_RETIRES = prometheus_client.Counter(
+    "baton_force_retires_total", "Pinned generations retired by a person (annotation baton.dev/force-retire).",
+    registry=REGISTRY,
+)
 QUEUE_DEPTH = prometheus_client.Gauge(
     "baton_queue_depth", "Runtimes waiting in the work queue for a worker (not counting timed wake-ups).",
     registry=REGISTRY,
@@ -146,20 +155,29 @@ class RuntimeCollector:
             "baton_transition_budget_seconds", "Sum of the runtime's budgets: a transition older than this is stuck.",
             labels=["namespace", "runtime"],
         )
+        blocked = prom_core.GaugeMetricFamily(
+            "baton_retirements_blocked",
+            "1 while the runtime's retire is blocked by ToolRuntimeClaim pins past budgets.pinSeconds "
+            "(RetirementBlocked=True; its generation keeps serving), else 0.",
+            labels=["namespace", "runtime"],
+        )
         counts: dict[tuple[str, str], int] = {}
         now = time.time()
         for ns, name, conds, started, budget_sum in self._source():
+            is_blocked = conds.get("RetirementBlocked") == "True"
+            blocked.add_metric([ns, name], 1.0 if is_blocked else 0.0)
             for cond, value in conds.items():
                 holds = condition_status(value)
                 counts[(cond, holds)] = counts.get((cond, holds), 0) + 1
                 for status in CONDITION_STATUSES:
                     per.add_metric([ns, name, cond, status], 1.0 if status == holds else 0.0)
-            if started is not None and budget_sum is not None:
+            if started is not None and budget_sum is not None and not is_blocked:
+                # A blocked retire is reported by baton_retirements_blocked, not as a stuck transition.
                 age.add_metric([ns, name], max(0.0, now - started))
                 budget.add_metric([ns, name], budget_sum)
         for (cond, holds), n in sorted(counts.items()):
             by_cond.add_metric([cond, holds], n)
-        return [by_cond, per, age, budget]
+        return [by_cond, per, age, budget, blocked]
 
     def describe(self) -> Iterable[prom_core.Metric]:
         return []

@@ -25,6 +25,7 @@ from baton.cache import views as vw
 from baton.k8s import client, leases
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import spec as spec_model
 from baton.model import status as st
 
 log = logging.getLogger("baton.runner")
@@ -62,6 +63,7 @@ class Runner:
         self.started = True
         v = self.views
         v.runtimes.listeners.append(self._on_runtime)
+        v.claims.listeners.append(self._on_claim)
         v.pods.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))
         v.services.listeners.append(self._by_label(st_mod.RUNTIME_LABEL))
         v.slices.listeners.append(self._by_label(vw.SERVICE_NAME_LABEL))
@@ -83,6 +85,13 @@ class Runner:
         if obj is not None:
             meta = obj["metadata"]
             self.wake(meta.get("namespace") or "", meta["name"])
+
+    def _on_claim(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        # A claim pins (or stops pinning) the generation of the runtime it names.
+        for obj in (old, new):
+            runtime = vw.claim_runtime(obj) if obj is not None else None
+            if obj is not None and runtime:
+                self.wake((obj.get("metadata") or {}).get("namespace") or "", runtime)
 
     def _by_label(self, label: str) -> st_mod.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -186,9 +195,24 @@ class Runner:
                 if retiring is not None:
                     result = await self.prober.probe(pod=retiring, probe=o.spec.drain.probe)
                     snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
+            elif (t is None and o.status.pending is not None and o.spec.drain.probe is not None
+                  and o.status.current is not None and o.spec.handoff.policy == spec_model.HandoffPolicy.WHEN_IDLE
+                  and self.executor.holds(key) and lifecycle.idle_check_due(o, execute.utcnow())):
+                # A change waits for idle (handoff policy WhenIdle): decide() takes the Lease only
+                # when a check is due, so this probe runs at most once per check interval.
+                serving = next((pd for pd in snap.pods if pd["metadata"]["uid"] == o.status.current.uid), None)
+                idle: bool = False
+                error: str | None = "the serving pod is not in view"
+                if serving is not None:
+                    result = await self.prober.probe(pod=serving, probe=o.spec.drain.probe)
+                    idle, error = result.idle, result.error
+                local.idle_checked_at = execute.utcnow()
+                snap.observed = o = o.model_copy(update={"drain_idle": idle, "drain_probe_error": error,
+                                                         "idle_checked_at": local.idle_checked_at})
             b = o.spec.budgets
+            pin_wait = b.pin_seconds if t is not None and t.pin_wait_since is not None else 0
             self.last_status[key] = (o.status, float(b.lock_seconds + b.connect_seconds + b.drain_seconds
-                                                      + b.cleanup_seconds))
+                                                      + b.cleanup_seconds + pin_wait))
             plan = lifecycle.decide(o, execute.utcnow())
             if plan.lease_wait or plan.find(p.AcquireLease):
                 if local.lock_wait_since is None:

@@ -35,10 +35,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+CLAIM_CRD = ROOT / "crds" / "baton.dev_toolruntimeclaims.yaml"
+
+
 def install_crd(cluster: Any) -> None:
-    cluster.kubectl("apply", "-f", str(CRD))
+    """Both CRDs: ToolRuntime and ToolRuntimeClaim (the operator watches both)."""
+    cluster.kubectl("apply", "-f", str(CRD), "-f", str(CLAIM_CRD))
     cluster.kubectl("wait", "--for=condition=established", "--timeout=30s",
-                    "crd/toolruntimes.baton.dev")
+                    "crd/toolruntimes.baton.dev", "crd/toolruntimeclaims.baton.dev")
 
 
 class OperatorProcess:

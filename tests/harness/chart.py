@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "baton"
 CRD_SOURCE = ROOT / "crds" / "baton.dev_toolruntimes.yaml"
 CRD_COPY = CHART / "files" / "baton.dev_toolruntimes.yaml"
+# Every CRD: (the source in crds/, the chart's byte-identical copy in files/).
+CRDS = [(ROOT / "crds" / n, CHART / "files" / n) for n in ("baton.dev_toolruntimes.yaml", "baton.dev_toolruntimeclaims.yaml")]
+CRD_NAMES = ["toolruntimes.baton.dev", "toolruntimeclaims.baton.dev"]
 CI_VALUES = sorted((CHART / "ci").glob("*.yaml"))
 CRD_NAME = "toolruntimes.baton.dev"
 
@@ -134,16 +137,17 @@ def adopt_crd(cluster: Any, release: str, namespace: str) -> None:
     from kubernetes.client.exceptions import ApiException
 
     ext = client.ApiextensionsV1Api(cluster.api_client)
-    try:
-        ext.read_custom_resource_definition(CRD_NAME)
-    except ApiException as e:
-        if e.status == 404:
-            return
-        raise
-    ext.patch_custom_resource_definition(CRD_NAME, {"metadata": {
-        "labels": {"app.kubernetes.io/managed-by": "Helm"},
-        "annotations": {"meta.helm.sh/release-name": release,
-                        "meta.helm.sh/release-namespace": namespace}}})
+    for name in CRD_NAMES:
+        try:
+            ext.read_custom_resource_definition(name)
+        except ApiException as e:
+            if e.status == 404:
+                continue
+            raise
+        ext.patch_custom_resource_definition(name, {"metadata": {
+            "labels": {"app.kubernetes.io/managed-by": "Helm"},
+            "annotations": {"meta.helm.sh/release-name": release,
+                            "meta.helm.sh/release-namespace": namespace}}})
 
 
 # Denials that come from the operator, not from the chart (reported to its owners; docs/chart.md,

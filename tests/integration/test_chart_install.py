@@ -149,11 +149,16 @@ GRANTED = [
     ("create", "events"),
     ("list", "endpointslices.discovery.k8s.io"), ("watch", "endpointslices.discovery.k8s.io"),
     ("get", "configmaps"), ("list", "configmaps"), ("watch", "configmaps"),
+    ("list", "toolruntimeclaims.baton.dev"), ("watch", "toolruntimeclaims.baton.dev"),
+    ("patch", "toolruntimeclaims.baton.dev/status"),
 ]
 # Never granted anywhere.
 DENIED = [
     ("create", "toolruntimes.baton.dev"), ("update", "toolruntimes.baton.dev"),
     ("delete", "toolruntimes.baton.dev"), ("update", "toolruntimes.baton.dev/status"),
+    # A claim is the consumer's: Baton writes only its status.
+    ("create", "toolruntimeclaims.baton.dev"), ("patch", "toolruntimeclaims.baton.dev"),
+    ("delete", "toolruntimeclaims.baton.dev"), ("update", "toolruntimeclaims.baton.dev/status"),
     ("create", "pods/exec"), ("get", "pods/log"), ("create", "pods/eviction"),
     ("update", "pods"), ("create", "pods/ephemeralcontainers"), ("update", "services"),
     ("create", "secrets"), ("update", "secrets"), ("create", "configmaps"),

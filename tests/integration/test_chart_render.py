@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from harness.chart import (CHART, CI_VALUES, CRD_COPY, CRD_SOURCE, ROOT, by_kind, container_env, helm,
+from harness.chart import (CHART, CI_VALUES, CRDS, ROOT, by_kind, container_env, helm,
                            one, render)
 
 OPERATOR = ROOT / "operator" / "baton"
@@ -64,25 +64,31 @@ def test_template_files_hold_one_kind_each() -> None:
 # --- the CRD: one source -----------------------------------------------------------------------
 
 
-def test_chart_crd_copy_is_byte_identical_to_crds_dir() -> None:
-    assert CRD_COPY.read_bytes() == CRD_SOURCE.read_bytes(), (
-        f"{CRD_COPY.relative_to(ROOT)} differs from {CRD_SOURCE.relative_to(ROOT)}: "
-        f"cp {CRD_SOURCE.relative_to(ROOT)} {CRD_COPY.relative_to(ROOT)}")
+@pytest.mark.parametrize("source, copied", CRDS, ids=[s.name for s, _ in CRDS])
+def test_chart_crd_copy_is_byte_identical_to_crds_dir(source: Path, copied: Path) -> None:
+    assert copied.read_bytes() == source.read_bytes(), (
+        f"{copied.relative_to(ROOT)} differs from {source.relative_to(ROOT)}: "
+        f"cp {source.relative_to(ROOT)} {copied.relative_to(ROOT)}")
 
 
-def test_rendered_crd_is_the_source_crd_plus_release_metadata() -> None:
-    rendered = one(render(), "CustomResourceDefinition")
-    source = yaml.safe_load(CRD_SOURCE.read_text())
-    stripped = copy.deepcopy(rendered)
-    meta = stripped["metadata"]
-    assert meta.pop("annotations") == {"helm.sh/resource-policy": "keep"}
-    assert meta.pop("labels")["app.kubernetes.io/managed-by"] == "Helm"
-    assert stripped == source
+def test_rendered_crds_are_the_source_crds_plus_release_metadata() -> None:
+    rendered = {o["metadata"]["name"]: o for o in by_kind(render(), "CustomResourceDefinition")}
+    sources = [yaml.safe_load(source.read_text()) for source, _ in CRDS]
+    assert set(rendered) == {s["metadata"]["name"] for s in sources} == {
+        "toolruntimes.baton.dev", "toolruntimeclaims.baton.dev"}
+    for source in sources:
+        stripped = copy.deepcopy(rendered[source["metadata"]["name"]])
+        meta = stripped["metadata"]
+        assert meta.pop("annotations") == {"helm.sh/resource-policy": "keep"}
+        assert meta.pop("labels")["app.kubernetes.io/managed-by"] == "Helm"
+        assert stripped == source
 
 
 def test_crd_keep_can_be_turned_off_and_crd_left_out() -> None:
-    rendered = one(render({"crds.keep": "false"}), "CustomResourceDefinition")
-    assert "helm.sh/resource-policy" not in (rendered["metadata"].get("annotations") or {})
+    crds = by_kind(render({"crds.keep": "false"}), "CustomResourceDefinition")
+    assert len(crds) == 2
+    for rendered in crds:
+        assert "helm.sh/resource-policy" not in (rendered["metadata"].get("annotations") or {})
     assert not by_kind(render({"crds.create": "false"}), "CustomResourceDefinition")
 
 
@@ -285,7 +291,7 @@ def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
 HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "PUT": {"update"},
               "DELETE": {"delete"}}
 RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
-                "baton.k8s.events", "baton.k8s.configrefs", "baton.cache.views"]
+                "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.cache.views"]
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:
@@ -334,7 +340,8 @@ def test_monitoring_objects_are_opt_in() -> None:
 
 
 EXPECTED_ALERTS = {"BatonCleanupFailedHeld", "BatonTransitionStuck", "BatonForceRecovery",
-                   "BatonLeaseConflictsRising", "BatonOperatorDown", "BatonDrainIncompleteRising"}
+                   "BatonLeaseConflictsRising", "BatonOperatorDown", "BatonDrainIncompleteRising",
+                   "BatonRetirementBlocked"}
 
 
 def test_every_alert_has_summary_description_and_a_runbook_section() -> None:

@@ -31,7 +31,14 @@ for b in BUDGETS:
     CASES.append((f"{b}-zero", _with(["spec", "budgets", b], 0), [f"spec.budgets.{b}", "greater than or equal to 1"]))
     CASES.append((f"{b}-too-big", _with(["spec", "budgets", b], 3601), [f"spec.budgets.{b}", "less than or equal to 3600"]))
     CASES.append((f"{b}-not-integer", _with(["spec", "budgets", b], "ten"), [f"spec.budgets.{b}", "integer"]))
+for b in ["pendingSeconds", "pinSeconds"]:
+    CASES.append((f"{b}-zero", _with(["spec", "budgets", b], 0), [f"spec.budgets.{b}", "greater than or equal to 1"]))
+    CASES.append((f"{b}-too-big", _with(["spec", "budgets", b], 86401),
+                  [f"spec.budgets.{b}", "less than or equal to 86400"]))
 CASES += [
+    ("bad-handoff-policy", _with(["spec", "handoff"], {"policy": "Eventually"}), ["spec.handoff.policy"]),
+    ("when-idle-without-a-drain-probe", _with(["spec", "handoff"], {"policy": "WhenIdle"}),
+     ["spec.handoff.policy", "spec.drain.probe"]),
     ("negative-budget", _with(["spec", "budgets", "drainSeconds"], -5), ["spec.budgets.drainSeconds"]),
     ("fractional-budget", _with(["spec", "budgets", "lockSeconds"], 1.5), ["spec.budgets.lockSeconds"]),
     ("cleanup-below-grace",
@@ -71,7 +78,9 @@ def test_valid_manifest_gets_every_default(cluster: Any, crd: None, namespace: s
     cluster.kubectl("apply", "-n", namespace, "-f", str(path))
     got = json.loads(cluster.kubectl("get", "trt", "defaults", "-n", namespace, "-o", "json").stdout)
     assert got["spec"]["budgets"] == {"lockSeconds": 10, "connectSeconds": 60, "drainSeconds": 30,
-                                      "terminationGraceSeconds": 30, "cleanupSeconds": 60}
+                                      "terminationGraceSeconds": 30, "cleanupSeconds": 60,
+                                      "pendingSeconds": 600, "pinSeconds": 600}
+    assert got["spec"]["handoff"] == {"policy": "Immediate"}
     assert got["spec"]["recovery"] == {"onCleanupFailure": "Hold"}
     assert got["spec"]["suspend"] is False
     cols = cluster.kubectl("get", "trt", "-n", namespace).stdout.splitlines()[0].split()

@@ -84,7 +84,8 @@ def test_examples_are_admitted_as_they_are_and_run(
         # Admission kept every field the example sets and filled in the rest.
         assert stored["spec"]["template"] == rt["spec"]["template"]
         assert set(stored["spec"]["budgets"]) == {"lockSeconds", "connectSeconds", "drainSeconds",
-                                                  "terminationGraceSeconds", "cleanupSeconds"}
+                                                  "terminationGraceSeconds", "cleanupSeconds", "pendingSeconds",
+                                                  "pinSeconds"}
         for k, v in (rt["spec"].get("budgets") or {}).items():
             assert stored["spec"]["budgets"][k] == v
         assert stored["spec"]["recovery"]["onCleanupFailure"] in ("Hold", "Force")

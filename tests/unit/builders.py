@@ -172,7 +172,7 @@ def steady_conditions(gen: int | None = 7, **override: st.Condition) -> tuple[st
     }
     for key, value in override.items():
         base[C(key)] = value
-    return tuple(base[c] for c in C)
+    return tuple(base[c] for c in st.INITIAL_CONDITIONS)
 
 
 def current(gen: int = 7, *, template_hash: str = HASH, uid_: str | None = None) -> st.Current:

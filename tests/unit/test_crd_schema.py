@@ -35,6 +35,18 @@ def test_every_field_is_described() -> None:
     assert SCHEMA["properties"]["metadata"] == {"type": "object"}
 
 
+def test_every_claim_field_is_described() -> None:
+    claim = yaml.safe_load((REPO / "crds" / "baton.dev_toolruntimeclaims.yaml").read_text())
+    [version] = claim["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    assert fields_without_description(schema) == ["metadata"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "Runtime", "Generation", "Fork", "Branch", "State", "Age"]
+    assert all(str(c.get("description") or "").strip() for c in version["additionalPrinterColumns"])
+    names = claim["spec"]["names"]
+    assert (names["kind"], names["shortNames"], names["categories"]) == ("ToolRuntimeClaim", ["trc"], ["baton"])
+
+
 def test_the_description_check_finds_an_undescribed_field() -> None:
     """The walk above reaches nested array items: a bare field there is reported by path."""
     node = {"description": "x", "properties": {"a": {"description": "y", "type": "array", "items": {

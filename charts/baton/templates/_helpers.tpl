@@ -112,6 +112,14 @@ Baton touches is namespaced, so the rules are the same in both scopes.
 - apiGroups: ["baton.dev"]
   resources: ["toolruntimes/status"]
   verbs: ["patch"]
+# ToolRuntimeClaims: listed and watched (a claim pins the generation it names); Baton writes only
+# their status (Stale once the claimed generation is gone). No create, update or delete.
+- apiGroups: ["baton.dev"]
+  resources: ["toolruntimeclaims"]
+  verbs: ["list", "watch"]
+- apiGroups: ["baton.dev"]
+  resources: ["toolruntimeclaims/status"]
+  verbs: ["patch"]
 # Pods carry a controller ownerReference with blockOwnerDeletion to their ToolRuntime: where the
 # OwnerReferencesPermissionEnforcement admission plugin runs, that needs update on finalizers.
 - apiGroups: ["baton.dev"]

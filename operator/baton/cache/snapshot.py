@@ -19,6 +19,7 @@ import pydantic
 from baton.cache import views as vw
 from baton.k8s import client, configrefs, pods, services
 from baton.lifecycle import manifests as mf
+from baton.model import claims as claims_model
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -33,6 +34,7 @@ class Local:
     backoff_base_seconds: float
     lease_held_here: bool = False
     lock_wait_since: datetime.datetime | None = None
+    idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
     last_error: str | None = None
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
@@ -117,6 +119,19 @@ def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> obs.Servi
     )
 
 
+def claim_info(obj: dict[str, Any]) -> claims_model.Claim | None:
+    """A ToolRuntimeClaim as decide() reads it; None for one the CRD should not have let through."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    try:
+        return claims_model.Claim.model_validate({
+            "name": meta["name"], "uid": meta.get("uid") or "", "runtime": (spec.get("runtimeRef") or {}).get("name") or "",
+            "generation": spec.get("generation"), "fork": spec.get("fork"), "branch": spec.get("branch"),
+            "state": spec.get("state"), "references": tuple(spec.get("references") or ()),
+            "phase": (obj.get("status") or {}).get("phase")})
+    except (KeyError, TypeError, pydantic.ValidationError):
+        return None
+
+
 def _error_text(exc: pydantic.ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(x) for x in first.get("loc", ()))
@@ -185,8 +200,8 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         local.reads += 1
         svc = await services.read_service(namespace, name)
     refs = mf.config_refs(spec.template) if spec_error is None else []
-    digest, missing, unreadable = (
-        await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], []))
+    digest, missing, unreadable, config_parts = (
+        await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], [], []))
     endpoints_listed: bool | None = None
     t = status.transition
     if t is not None and t.step == st.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
@@ -203,16 +218,20 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         spec=spec,
         status=status,
         desired_hash=mf.template_hash(spec.template, digest),
+        desired_parts=(("template", mf.template_hash(spec.template)), *config_parts),
         pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
         lease=lease_info(lease, local.lease_duration_seconds, local.lease_unchanged_seconds(lease)),
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,
+        claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
+        claims_known=views.claims_known(namespace),
         missing_config_refs=tuple(missing),
         unreadable_config_refs=tuple(unreadable),
         identity=local.identity,
         lease_duration_seconds=local.lease_duration_seconds,
         lease_held_here=local.lease_held_here,
         lock_wait_since=local.lock_wait_since,
+        idle_checked_at=local.idle_checked_at,
         last_error=local.last_error,
         pod_rejected=local.pod_rejected,
         spec_error=spec_error,

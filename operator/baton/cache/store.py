@@ -29,13 +29,14 @@ def key_of(obj: Obj) -> Key:
 
 class Store:
     def __init__(self, *, index_label: str | None = RUNTIME_LABEL, transform: Callable[[Obj], Obj] | None = None,
-                 selected_by: str | None = None) -> None:
+                 selected_by: str | None = None, index_by: Callable[[Obj], str | None] | None = None) -> None:
         """`selected_by`: the label its informer selects on. An object without it (a write's
         reply after someone removed the label) is out of the selection: no watch event would
         ever refresh it, so the store drops it instead of keeping a copy that goes stale."""
         self._selected_by = selected_by
         self._objects: dict[Key, Obj] = {}
         self._index_label = index_label
+        self._index_by = index_by  # indexes by what it returns instead of a label (e.g. a spec field)
         self._index: dict[Key, set[str]] = {}
         self._transform = transform
         self.listeners: list[Listener] = []
@@ -57,6 +58,8 @@ class Store:
                 if (namespace, n) in self._objects]
 
     def _label(self, obj: Obj | None) -> str | None:
+        if obj is not None and self._index_by is not None:
+            return self._index_by(obj)
         if obj is None or self._index_label is None:
             return None
         return ((obj.get("metadata") or {}).get("labels") or {}).get(self._index_label)

@@ -2,7 +2,8 @@
 
 Selected on the server wherever the object carries Baton's label: pods, Leases, Services and
 EndpointSlices (the EndpointSlice controller copies a Service's labels onto its slices) by
-`baton.dev/runtime`; ToolRuntimes all (in the watched namespaces). ConfigMaps and Secrets carry
+`baton.dev/runtime`; ToolRuntimes and ToolRuntimeClaims all (in the watched namespaces), claims
+indexed by the runtime they name (spec.runtimeRef.name). ConfigMaps and Secrets carry
 the user's labels, not ours: watched only where the chart grants it, and stored as a digest of
 their data (never the data itself: Secrets stay out of the heap).
 """
@@ -23,6 +24,7 @@ SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 # the chart grants them (BATON_WATCH_CONFIGMAPS / BATON_WATCH_SECRETS).
 RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("baton.dev", "toolruntimes", ("list", "watch")),
+    ("baton.dev", "toolruntimeclaims", ("list", "watch")),
     ("", "pods", ("list", "watch")),
     ("coordination.k8s.io", "leases", ("list", "watch")),
     ("", "services", ("list", "watch")),
@@ -30,6 +32,13 @@ RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("", "configmaps", ("list", "watch")),
     ("", "secrets", ("list", "watch")),
 )
+
+
+def claim_runtime(obj: dict[str, Any]) -> str | None:
+    """The runtime a ToolRuntimeClaim names (spec.runtimeRef.name): the claims view's index."""
+    ref = (obj.get("spec") or {}).get("runtimeRef") or {}
+    name = ref.get("name") if isinstance(ref, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 def _digest_only(obj: dict[str, Any]) -> dict[str, Any]:
@@ -42,6 +51,8 @@ class Views:
     def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool) -> None:
         self.namespaces = namespaces
         self.runtimes = st.Store(index_label=None)
+        # ToolRuntimeClaims carry the user's labels, not ours: all of them, indexed by runtimeRef.
+        self.claims = st.Store(index_label=None, index_by=claim_runtime)
         self.pods = st.Store(selected_by=st.RUNTIME_LABEL)
         self.leases = st.Store(selected_by=st.RUNTIME_LABEL)
         self.services = st.Store(selected_by=st.RUNTIME_LABEL)
@@ -54,6 +65,7 @@ class Views:
     def _kinds(self) -> list[tuple[str, str, str, st.Store, str | None]]:
         kinds: list[tuple[str, str, str, st.Store, str | None]] = [
             ("ToolRuntime", "baton.dev/v1alpha1", "toolruntimes", self.runtimes, None),
+            ("ToolRuntimeClaim", "baton.dev/v1alpha1", "toolruntimeclaims", self.claims, None),
             ("Pod", "v1", "pods", self.pods, st.RUNTIME_LABEL),
             ("Lease", "coordination.k8s.io/v1", "leases", self.leases, st.RUNTIME_LABEL),
             ("Service", "v1", "services", self.services, st.RUNTIME_LABEL),
@@ -85,6 +97,12 @@ class Views:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def claims_known(self, namespace: str) -> bool:
+        """Whether the claims view of `namespace` is filled (listed, not forbidden): until it is,
+        a retire cannot tell whether a claim pins its generation."""
+        informers = [i for i in self.informers if i.store is self.claims and i.namespace in (None, namespace)]
+        return bool(informers) and all(i.synced.is_set() and i.forbidden is None for i in informers)
 
     def config_lookup(self, kind: str, namespace: str, name: str) -> str | None:
         """A referenced object's digest from the view, ABSENT, or None (no view: read it)."""

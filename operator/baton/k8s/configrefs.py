@@ -41,11 +41,12 @@ async def _read(kind: str, namespace: str, name: str) -> str:
 
 async def read_config_digest(
     namespace: str, refs: list[tuple[str, str, bool]], lookup: Lookup | None = None
-) -> tuple[str, list[str], list[str]]:
-    """(digest over the data of every referenced object, required ones missing, ones not readable).
-    Objects the caller's watch-fed view holds are not read again."""
+) -> tuple[str, list[str], list[str], list[tuple[str, str]]]:
+    """(digest over the data of every referenced object, required ones missing, ones not readable,
+    each object's own digest as ("Kind/name", digest)). Objects the caller's watch-fed view holds
+    are not read again."""
     if not refs:
-        return "", [], []
+        return "", [], [], []
     parts: list[str] = []
     missing: list[str] = []
     unreadable: list[str] = []
@@ -58,4 +59,6 @@ async def read_config_digest(
             missing.append(f"{kind}/{name}")
         elif found == UNREADABLE:
             unreadable.append(f"{kind}/{name}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing, unreadable
+    each = [(f"{kind}/{name}", hashlib.sha256(part.encode()).hexdigest()[:16])
+            for (kind, name, _), part in zip(refs, parts)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16], missing, unreadable, each

@@ -16,7 +16,9 @@ from typing import Callable
 
 from baton.lifecycle import conditions as cond
 from baton.lifecycle import manifests as mf
+from baton.lifecycle import pins as pn
 from baton.lifecycle import plan as p
+from baton.model import claims as claims_model
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -323,11 +325,16 @@ def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
     if stale:
         return p.Plan(stale, 0, "stale verb refused")
 
-    start = _intent(o, now, current_pod)
+    start: st.Transition | float | None = _intent(o, now, current_pod)
     if isinstance(start, st.Transition):
         if o.shutting_down:
             return _park(o, now, "shutting down: no new transition")
-        return _with_lease(o, now, lambda: _begin(o, now, start))
+        gate = _handoff_gate(o, now, start)
+        if isinstance(gate, p.Plan):
+            return gate
+        if isinstance(gate, st.Transition):
+            return _with_lease(o, now, lambda: _begin(o, now, gate))
+        start = gate.wait  # held back by the handoff policy: the steady path below, then wait
 
     service_actions = _service_actions(o)
     desired = _steady_status(o, now, current_pod)
@@ -342,9 +349,37 @@ def _idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
         warnings = _new_warnings(status, stamped)
         return _with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *service_actions, *warnings), 0,
                                                   "steady status"))
+    claim_phases = _claim_phases(o)
+    if claim_phases and not o.shutting_down:
+        # Said once: the claims' own watch events wake the runtime again; a write that failed is
+        # retried on the next wake-up, never in a loop. The Lease goes back at once.
+        return _with_lease(o, now, lambda: p.Plan((*service_actions, *claim_phases, p.ReleaseLease()), wait,
+                                                  "claim phases"))
     if o.lease.holder == o.identity:
         return p.Plan((*service_actions, p.ReleaseLease()), wait, "idle: release Lease")
     return p.Plan(service_actions, wait, "idle")
+
+
+def _claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
+    """Bound while the claimed generation exists; Stale once it is gone (it then pins nothing).
+    Written only between transitions, each claim once per change."""
+    current = o.status.current
+    live = {pod.generation for pod in o.owned_pods() if pod.generation is not None}
+    if current is not None:
+        live.add(current.generation)
+    allocated = max([o.status.latest_generation, *live, 0])
+    actions: list[p.Action] = []
+    for c in o.claims:
+        if c.generation in live:
+            want, msg = claims_model.ClaimPhase.BOUND, f"generation {c.generation} of {o.name} exists"
+        elif c.generation <= allocated:
+            want, msg = claims_model.ClaimPhase.STALE, (
+                f"generation {c.generation} of {o.name} is gone" + (f" (now {current.generation})" if current else ""))
+        else:
+            continue  # a generation not started yet: nothing to say
+        if c.phase != want.value and c.uid:
+            actions.append(p.SetClaimPhase(c.name, c.uid, want.value, msg))
+    return tuple(actions)
 
 
 def _new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
@@ -391,6 +426,9 @@ def _stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Ac
     force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
     if force is not None:
         actions += _stale_force(o, force, "no cleanup failure is pending")
+    retire = o.annotations.get(mf.ANN_FORCE_RETIRE)
+    if retire is not None:
+        actions += _stale_force_retire(retire, "no retire waits for pins")
     return tuple(actions)
 
 
@@ -457,6 +495,95 @@ def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | 
                          started_at=now, step_started_at=now)
 
 
+# --- the handoff policy: a change may wait (WhenIdle, Manual) ------------------------------------
+
+# While a change waits for idle, the drain probe runs at most this often (each check takes the
+# Lease, probes, and hands the Lease back: two writes), however short the probe's period.
+PENDING_CHECK_FLOOR_SECONDS = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """The handoff policy holds a change back: the runtime stays idle; look again after `wait`."""
+
+    wait: float | None
+
+
+def _what_changed(o: obs.Observed) -> tuple[str, ...]:
+    """Which inputs of the hash changed since the current generation: "template", "ConfigMap/x"..."""
+    current = o.status.current
+    before = current.parts if current is not None else None
+    unknown = ("template or referenced config",)
+    if not before or not o.desired_parts:
+        return unknown
+    after = dict(o.desired_parts)
+    keys = sorted(set(before) | set(after), key=lambda k: (k != "template", k))
+    return tuple(k for k in keys if before.get(k) != after.get(k)) or unknown
+
+
+def _pending_message(o: obs.Observed, pending: st.PendingChange) -> str:
+    gen = o.status.current.generation if o.status.current else 0
+    what = f"{', '.join(pending.changed)} changed since generation {gen} started"
+    if o.spec.handoff.policy == spec_model.HandoffPolicy.MANUAL:
+        return f'{what}; handoff policy Manual: hands off on annotation {mf.ANN_RESET}: "{gen}"'
+    until = pending.since + _seconds(o.spec.budgets.pending_seconds)
+    return (f"{what}; handoff policy WhenIdle: hands off when the drain probe says idle, at the latest at "
+            f"{until.isoformat()} (budgets.pendingSeconds={o.spec.budgets.pending_seconds})")
+
+
+def _check_interval(o: obs.Observed) -> float:
+    probe = o.spec.drain.probe
+    return max(PENDING_CHECK_FLOOR_SECONDS, float(probe.period_seconds if probe else 0))
+
+
+def idle_check_due(o: obs.Observed, now: datetime.datetime) -> bool:
+    """Whether the Lease holder should probe the serving pod for a change waiting for idle now
+    (the worker asks before probing: every pass under the Lease must not dial the pod)."""
+    return o.idle_checked_at is None or (now - o.idle_checked_at).total_seconds() >= _check_interval(o)
+
+
+def _handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.Transition | p.Plan | Hold:
+    """A template change under policy WhenIdle or Manual waits; every other trigger (reset,
+    suspend, deletion, a lost pod, a stray) goes at once."""
+    policy = o.spec.handoff.policy
+    if t.trigger != st.Trigger.TEMPLATE_CHANGED or policy == spec_model.HandoffPolicy.IMMEDIATE:
+        return t
+    pending = o.status.pending
+    if pending is None or pending.template_hash != o.desired_hash:
+        # Recorded first (a status write under the Lease): the wait is bounded from `since`, kept
+        # across replicas and restarts; a further change keeps the first `since`.
+        rec = st.PendingChange(template_hash=o.desired_hash, since=pending.since if pending else now,
+                               changed=_what_changed(o))
+        msg = _pending_message(o, rec)
+        reason = R.WAITING_FOR_RESET if policy == spec_model.HandoffPolicy.MANUAL else R.WAITING_FOR_IDLE
+        status = _with_conditions(_base(o, now).model_copy(update={"pending": rec}), o, now,
+                                  (C.UPDATE_PENDING, True, reason, msg))
+        return _with_lease(o, now, lambda: p.Plan(
+            (p.WriteStatus(status), p.Event("Normal", reason.value, msg)), 0, "change held back by the handoff policy"))
+    if policy == spec_model.HandoffPolicy.MANUAL:
+        return Hold(None)  # until a reset names the current generation (the reset trigger)
+    budget = float(o.spec.budgets.pending_seconds)
+    waited = (now - pending.since).total_seconds()
+    if waited >= budget:
+        return t.model_copy(update={"message": f"WhenIdle: not idle within budgets.pendingSeconds={budget:.0f}; "
+                                               "handing off anyway"})
+    if o.spec.drain.probe is None or o.drain_idle:
+        return t.model_copy(update={"message": "WhenIdle: the drain probe said idle"
+                                    if o.spec.drain.probe else "WhenIdle: no drain probe to wait for"})
+    left = budget - waited + 0.05
+    interval = _check_interval(o)
+    if o.idle_checked_at is not None:
+        since_check = (now - o.idle_checked_at).total_seconds()
+        if since_check < interval:
+            # Checked lately (maybe in this very pass) and not idle: the Lease goes back (the
+            # steady path below releases it), the next check after the interval.
+            return Hold(min(interval - since_check, left))
+    if _held_by_me(o):
+        return Hold(min(interval, left))  # a check was due but could not run here: look again later
+    # Time to check: only the Lease holder probes, so take the Lease first.
+    return _with_lease(o, now, lambda: p.Plan((), 0, "WhenIdle: probe"))
+
+
 def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     status = _base(o, now)
     degraded = status.condition(C.DEGRADED)
@@ -465,12 +592,30 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
         changes.append((C.DEGRADED, False, R.HEALTHY, "lifecycle Lease acquired"))
     latest = max(status.latest_generation, t.to or 0)
     update: dict[str, object] = {"transition": t, "latest_generation": latest}
+    if t.trigger != st.Trigger.ORPHAN and (status.pending is not None or _holds(status, C.UPDATE_PENDING)):
+        # Any transition of the serving generation takes the held-back change up.
+        update["pending"] = None
+        changes.append((C.UPDATE_PENDING, False, R.UP_TO_DATE, f"taken up by {_v(t.kind)} {_arrow(t)} ({_v(t.trigger)})"))
     if t.trigger == st.Trigger.RESET:
         update["pending_reset"] = None
-    status = status.model_copy(update=update)
-    status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
+    old = o.pod_by_uid(t.from_uid) if t.from_uid else None
+    pins = _pins_of(o, t) if old is not None and _pin_gate_applies(t, old) else pn.Pins()
+    pin_events: list[p.Action] = []
+    if pins.pinned:
+        # Pinned: the transition is recorded, but admission is not stopped; N keeps serving.
+        msg = _pin_wait_message(o, t, pins, now)
+        t = t.model_copy(update={"pin_wait_since": now, "message": msg})
+        update["transition"] = t
+        status = status.model_copy(update=update)
+        status = _with_conditions(_initial_conditions(status, o, now), o, now, *changes,
+                                  (C.PROGRESSING, True, R.AWAITING_PIN_RELEASE, msg))
+        pin_events.append(p.Event("Normal", R.AWAITING_PIN_RELEASE.value, msg))
+    else:
+        status = status.model_copy(update=update)
+        status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
     actions: list[p.Action] = [
         p.WriteStatus(status),
+        *pin_events,
         # The Service exists before the first generation is Ready (it selects nothing until then).
         *_service_actions(o),
         p.Event("Normal", R.TRANSITION_STARTED.value,
@@ -490,8 +635,19 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     return p.Plan(tuple(actions), 0, f"begin {_v(t.kind)} {_arrow(t)}")
 
 
+def _holds(status: st.ToolRuntimeStatus, kind: st.ConditionType) -> bool:
+    c = status.condition(kind)
+    return c is not None and c.status == "True"
+
+
 def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
     status = o.status
+    current = status.current
+    if (status.pending is not None or _holds(status, C.UPDATE_PENDING)) and (
+            current is None or current.template_hash == o.desired_hash):
+        # The change was undone (or nothing serves to hold back): nothing waits any more.
+        status = _with_conditions(status.model_copy(update={"pending": None}), o, now,
+                                  (C.UPDATE_PENDING, False, R.UP_TO_DATE, "the spec matches the serving generation"))
     squatters = _squatters(o)
     claimants = _foreign_claimants(o)
     if (not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs
@@ -580,6 +736,9 @@ def _parked(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> tuple[
         return "cleanup failed; waiting for baton.dev/force-recovery", None
     if o.deleting and t.kind != st.TransitionKind.DELETE:
         return None
+    pin_wait = _pin_parked(o, t, now)
+    if pin_wait is not None:
+        return pin_wait
     degraded = o.status.condition(C.DEGRADED)
     said = (degraded.reason if degraded is not None and degraded.status == "True" else None)
     old = o.pod_by_uid(t.from_uid) if t.retiring else None
@@ -613,6 +772,12 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
         # Allowed only while CleanupFailed=True for that generation: never kept for later.
         return p.Plan(tuple(_stale_force(o, force, f"no cleanup failure is pending ({_v(t.step)})")), 0,
                       "stale force-recovery")
+    retire = o.annotations.get(mf.ANN_FORCE_RETIRE)
+    if retire is not None and not (t.step == S.STOPPING_ADMISSION and t.pin_wait_since is not None
+                                   and retire.strip() == str(t.from_)):
+        return p.Plan(tuple(_stale_force_retire(
+            retire, f"no retire of that generation waits for pins ({_v(t.kind)} {_arrow(t)} at {_v(t.step)})")), 0,
+            "stale force-retire")
     if not isinstance(t.step, S):
         return _unknown_step(o, t, now)
     ours = o.pod_by_uid(t.from_uid) if t.retiring else (o.pod_by_uid(t.to_uid) if t.step == S.CONNECTING else None)
@@ -712,6 +877,126 @@ def _convert_to_delete(o: obs.Observed, t: st.Transition, now: datetime.datetime
     return p.Plan((p.WriteStatus(status),), 0, "runtime deleted mid-transition")
 
 
+# --- pins: ToolRuntimeClaims hold a retire before admission stops ------------------------------
+
+
+def _pin_gate_applies(t: st.Transition, old: obs.PodInfo) -> bool:
+    """Pins hold a retire only before admission stops, and only of a pod that still serves: a
+    pod already lost (failed, deleted, or the PodLost trigger) cannot be pinned."""
+    return (t.step == S.STOPPING_ADMISSION and t.from_ is not None and t.trigger != st.Trigger.POD_LOST
+            and old.owned and old.serving and not old.deleting and old.phase not in ("Failed", "Succeeded"))
+
+
+def _pins_of(o: obs.Observed, t: st.Transition) -> pn.Pins:
+    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=o.claims_known)
+
+
+def _pin_deadline(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> datetime.datetime:
+    return (t.pin_wait_since or now) + _seconds(o.spec.budgets.pin_seconds)
+
+
+def _pin_wait_message(o: obs.Observed, t: st.Transition, pins: pn.Pins, now: datetime.datetime) -> str:
+    return (f"retiring generation {t.from_} ({_v(t.trigger)}) waits for {pins.describe()} (CommitEligible or "
+            f"Committed) before admission stops, at most budgets.pinSeconds={o.spec.budgets.pin_seconds} (until "
+            f"{_pin_deadline(o, t, now).isoformat()}); generation {t.from_} keeps serving")
+
+
+def _pin_blocked_message(o: obs.Observed, t: st.Transition, pins: pn.Pins) -> str:
+    return (f"generation {t.from_} is pinned by {pins.describe()} past budgets.pinSeconds="
+            f"{o.spec.budgets.pin_seconds}: not retired ({_v(t.trigger)}), it keeps serving; it proceeds when the "
+            f'claims are Released or Abandoned, or on annotation {mf.ANN_FORCE_RETIRE}: "{t.from_}"')
+
+
+def _pin_parked(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> tuple[str, float | None] | None:
+    """A retire waiting for pins, its status already saying so: no Lease needed (claim events wake it)."""
+    if t.step != S.STOPPING_ADMISSION or t.pin_wait_since is None or mf.ANN_FORCE_RETIRE in o.annotations:
+        return None
+    old = o.pod_by_uid(t.from_uid)
+    if old is None or not _pin_gate_applies(t, old):
+        return None
+    pins = _pins_of(o, t)
+    if not pins.pinned:
+        return None
+    if t.pin_blocked:
+        return ("retirement blocked by pins", None) if t.message == _pin_blocked_message(o, t, pins) else None
+    deadline = _pin_deadline(o, t, now)
+    if now < deadline and t.message == _pin_wait_message(o, t, pins, now):
+        return "awaiting pin release", _remaining(deadline, now)
+    return None
+
+
+def _stale_force_retire(value: str, why: str) -> list[p.Action]:
+    return [
+        p.Event("Warning", R.STALE_FORCE_RETIRE.value,
+                f"force-retire names generation {value!s}, but {why}: nothing touched"),
+        p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, value),
+        p.Record(p.Metric.STALE_VERBS, (("verb", "force-retire"),)),
+    ]
+
+
+def _resume_retire(o: obs.Observed, t: st.Transition, now: datetime.datetime, why: str, *,
+                   force_retired: str | None = None, extra: tuple[p.Action, ...] = ()) -> p.Plan:
+    """The pins resolved (or a person overrode them): stop admission now, the drain budget from now."""
+    new_t = t.model_copy(update={"step_started_at": now, "deadline": now + _seconds(o.spec.budgets.drain_seconds),
+                                 "pin_wait_since": None, "pin_blocked": False, "message": why,
+                                 "force_retired": force_retired or t.force_retired})
+    status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
+    if status.condition(C.RETIREMENT_BLOCKED) is not None:
+        status = _with_conditions(status, o, now, (C.RETIREMENT_BLOCKED, False, R.NOT_BLOCKED, why))
+    return p.Plan((p.WriteStatus(status), _step_timing(t, now), *extra), 0, f"pins: {why}")
+
+
+def _pin_gate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo) -> p.Plan | None:
+    """Before admission stops: wait for the pins of generation t.from_, bounded by pinSeconds;
+    past it, RetirementBlocked (fail closed: the generation keeps serving)."""
+    if not _pin_gate_applies(t, old) or t.force_retired:
+        return None  # a person retired it past its pins: they never hold it again
+    gen = t.from_
+    pins = _pins_of(o, t)
+    force = o.annotations.get(mf.ANN_FORCE_RETIRE)
+    if force is not None:
+        if force.strip() == str(gen) and t.pin_wait_since is not None:
+            msg = (f"generation {gen} force-retired past pins ({pins.describe() if pins.pinned else 'none left'}) "
+                   f'by annotation {mf.ANN_FORCE_RETIRE}: "{force}"')
+            return _resume_retire(o, t, now, msg, force_retired=msg, extra=(
+                p.Event("Normal", R.FORCE_RETIRED.value, msg), p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, force),
+                p.Record(p.Metric.FORCE_RETIRES)))
+        return p.Plan(tuple(_stale_force_retire(force, f"generation {gen}'s retire is not waiting for pins")), 0,
+                      "stale force-retire")
+    if not pins.pinned:
+        if t.pin_wait_since is None:
+            return None  # the fast path: nothing pins it
+        return _resume_retire(o, t, now, f"pins of generation {gen} released")
+    if t.pin_wait_since is None:
+        # Pinned after the transition was recorded (a claim arrived meanwhile): wait from now.
+        msg = _pin_wait_message(o, t, pins, now)
+        new_t = t.model_copy(update={"pin_wait_since": now, "message": msg})
+        status = _with_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now,
+                                  (C.PROGRESSING, True, R.AWAITING_PIN_RELEASE, msg))
+        return p.Plan((p.WriteStatus(status), p.Event("Normal", R.AWAITING_PIN_RELEASE.value, msg)), 0, "pinned")
+    deadline = _pin_deadline(o, t, now)
+    if t.pin_blocked or now >= deadline:
+        msg = _pin_blocked_message(o, t, pins)
+        if t.pin_blocked and t.message == msg:
+            return p.Plan((p.ReleaseLease(),), None, "retirement blocked by pins; Lease released")
+        new_t = t.model_copy(update={"pin_blocked": True, "message": msg})
+        status = _with_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now,
+                                  (C.PROGRESSING, True, R.AWAITING_PIN_RELEASE, msg),
+                                  (C.RETIREMENT_BLOCKED, True, R.PINNED_BY_COMMIT_ELIGIBLE_CLAIM, msg))
+        actions: list[p.Action] = [p.WriteStatus(status), p.Event("Warning", R.PINNED_BY_COMMIT_ELIGIBLE_CLAIM.value, msg)]
+        if not t.pin_blocked:
+            actions.append(p.Record(p.Metric.RETIREMENTS_BLOCKED))
+        return p.Plan(tuple(actions), 0, "retirement blocked by pins")
+    msg = _pin_wait_message(o, t, pins, now)
+    if t.message != msg:
+        # Other claims pin it now: say which (the wait stays bounded from pinWaitSince).
+        new_t = t.model_copy(update={"message": msg})
+        status = _with_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now,
+                                  (C.PROGRESSING, True, R.AWAITING_PIN_RELEASE, msg))
+        return p.Plan((p.WriteStatus(status),), 0, "pins changed")
+    return p.Plan((p.ReleaseLease(),), _remaining(deadline, now), "awaiting pin release; Lease released")
+
+
 def _drain_incomplete(o: obs.Observed, t: st.Transition, why: str) -> tuple[p.Action, ...]:
     return (
         p.Event("Warning", R.DRAIN_INCOMPLETE.value,
@@ -724,6 +1009,9 @@ def _stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetim
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
+    gate = _pin_gate(o, t, now, old)
+    if gate is not None:
+        return gate
     cleanup_deadline = now + _seconds(o.spec.budgets.cleanup_seconds)
     if old.serving:
         if o.last_error is not None and t.deadline is not None and now >= t.deadline:
@@ -879,7 +1167,7 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
         started_at=t.from_started_at,
         retired_at=now,
         outcome=outcome,
-        message=("drain incomplete" if t.drain_incomplete else None),
+        message="; ".join(m for m in (t.force_retired, "drain incomplete" if t.drain_incomplete else None) if m) or None,
     )
     history = status.history
     if t.from_:
@@ -1032,8 +1320,9 @@ def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
             # A label patch that keeps failing is bounded too: past connectSeconds it is a
             # connect timeout like any other (the condition below).
             return p.Plan((p.SetServing(pod.name, pod.uid, True),), 0 if o.last_error is None else 1.0, "serve")
-        current = st.Current(generation=to, pod=pod.name, uid=pod.uid,
-                             template_hash=t.template_hash or pod.template_hash or o.desired_hash,
+        built_from = t.template_hash or pod.template_hash or o.desired_hash
+        current = st.Current(generation=to, pod=pod.name, uid=pod.uid, template_hash=built_from,
+                             parts=dict(o.desired_parts) if o.desired_parts and built_from == o.desired_hash else None,
                              started_at=pod.created_at, ready_since=now)
         status = _base(o, now).model_copy(update={"current": current, "transition": None, "retry": None})
         changes: list[Cond] = [

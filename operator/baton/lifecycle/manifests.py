@@ -21,6 +21,7 @@ ANN_FENCING_TOKEN = "baton.dev/fencing-token"
 ANN_TEMPLATE_HASH = "baton.dev/template-hash"
 ANN_RESET = "baton.dev/reset"
 ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
+ANN_FORCE_RETIRE = "baton.dev/force-retire"
 
 
 def pod_name(runtime: str) -> str:

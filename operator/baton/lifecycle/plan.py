@@ -24,6 +24,8 @@ class Metric(str, enum.Enum):
     TRANSITIONS = "transitions"  # labels: kind
     POD_REJECTIONS = "pod_rejections"
     NAME_CONFLICTS = "name_conflicts"  # labels: kind
+    RETIREMENTS_BLOCKED = "retirements_blocked"  # a retire became RetirementBlocked (counter)
+    FORCE_RETIRES = "force_retires"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +122,16 @@ class ForceDeletePod:
     uid: str
 
 
+@dataclasses.dataclass(frozen=True)
+class SetClaimPhase:
+    """Write a ToolRuntimeClaim's status.phase (Bound, or Stale once its generation is gone)."""
+
+    name: str
+    uid: str
+    phase: str
+    message: str
+
+
 Action = Union[
     AddFinalizer,
     RemoveFinalizer,
@@ -136,6 +148,7 @@ Action = Union[
     SetServing,
     DeletePod,
     ForceDeletePod,
+    SetClaimPhase,
 ]
 
 # Actions that change pods: the executor refuses them unless this process holds the Lease, fresh

@@ -10,6 +10,7 @@ import datetime
 import pydantic
 
 from baton.model import base, spec, status
+from baton.model import claims as claims_model
 
 
 class PodInfo(base.Model):
@@ -72,6 +73,8 @@ class Observed(base.Model):
     spec: spec.ToolRuntimeSpec
     status: status.ToolRuntimeStatus
     desired_hash: str
+    # What desired_hash is built from: ("template", digest), ("ConfigMap/<name>", digest)...
+    desired_parts: tuple[tuple[str, str], ...] = ()
     # What is around it.
     pods: tuple[PodInfo, ...] = ()
     lease: LeaseInfo = pydantic.Field(default_factory=LeaseInfo)
@@ -81,6 +84,14 @@ class Observed(base.Model):
     # Only read while draining, by the Lease holder: did the drain probe answer 200?
     drain_idle: bool | None = None
     drain_probe_error: str | None = None  # why the last probe did not count as idle
+    # (Also while a change waits for idle under handoff policy WhenIdle, then of the serving pod.)
+    # When this process last probed the serving pod for a waiting change (its own clock).
+    idle_checked_at: datetime.datetime | None = None
+    # ToolRuntimeClaims that name this runtime (spec.runtimeRef.name), from the watch-fed view.
+    claims: tuple[claims_model.Claim, ...] = ()
+    # False until the claims view is listed (or while it is forbidden): pins are then unknown, and
+    # a retire waits as if pinned (fail closed), within budgets.pinSeconds.
+    claims_known: bool = True
     # Referenced ConfigMaps/Secrets that do not exist (names only, never data).
     missing_config_refs: tuple[str, ...] = ()
     # Referenced objects Baton may not read (RBAC): they block nothing, but their data is not hashed.

@@ -15,12 +15,22 @@ class OnCleanupFailure(str, enum.Enum):
     FORCE = "Force"
 
 
+class HandoffPolicy(str, enum.Enum):
+    """When a change of the template (or of its referenced config) hands off."""
+
+    IMMEDIATE = "Immediate"  # at once (the default)
+    WHEN_IDLE = "WhenIdle"  # when the drain probe says idle, at most budgets.pendingSeconds later
+    MANUAL = "Manual"  # only on a reset naming the current generation
+
+
 class Budgets(base.Model):
     lock_seconds: int = 10
     connect_seconds: int = 60
     drain_seconds: int = 30
     termination_grace_seconds: int = 30
     cleanup_seconds: int = 60
+    pending_seconds: int = 600  # WhenIdle: longest wait for idle before handing off anyway
+    pin_seconds: int = 600  # longest wait for pins to resolve before RetirementBlocked
 
 
 class ServicePort(base.Model):
@@ -55,6 +65,10 @@ class Recovery(base.Model):
     on_cleanup_failure: OnCleanupFailure = OnCleanupFailure.HOLD
 
 
+class Handoff(base.Model):
+    policy: HandoffPolicy = HandoffPolicy.IMMEDIATE
+
+
 class ToolRuntimeSpec(base.Model):
     # The pod template stays a plain dict: it is the user's PodTemplateSpec, copied verbatim.
     template: dict[str, Any]
@@ -62,4 +76,5 @@ class ToolRuntimeSpec(base.Model):
     budgets: Budgets = pydantic.Field(default_factory=Budgets)
     drain: Drain = pydantic.Field(default_factory=Drain)
     recovery: Recovery = pydantic.Field(default_factory=Recovery)
+    handoff: Handoff = pydantic.Field(default_factory=Handoff)
     suspend: bool = False

@@ -19,6 +19,13 @@ class ConditionType(str, enum.Enum):
     CLEANUP_FAILED = "CleanupFailed"
     DEGRADED = "Degraded"
     SUSPENDED = "Suspended"
+    UPDATE_PENDING = "UpdatePending"
+    RETIREMENT_BLOCKED = "RetirementBlocked"
+
+
+# Present from a runtime's first status write on; the later ones appear when they first apply.
+INITIAL_CONDITIONS = (ConditionType.READY, ConditionType.PROGRESSING, ConditionType.CLEANUP_FAILED,
+                      ConditionType.DEGRADED, ConditionType.SUSPENDED)
 
 
 class Reason(str, enum.Enum):
@@ -55,6 +62,14 @@ class Reason(str, enum.Enum):
     INVALID_SPEC = "InvalidSpec"
     UNKNOWN_STEP = "UnknownStep"
     SERVICE_ERROR = "ServiceError"
+    WAITING_FOR_IDLE = "WaitingForIdle"  # UpdatePending: policy WhenIdle
+    WAITING_FOR_RESET = "WaitingForReset"  # UpdatePending: policy Manual
+    UP_TO_DATE = "UpToDate"  # UpdatePending=False
+    AWAITING_PIN_RELEASE = "AwaitingPinRelease"  # Progressing: a retire waits for claims' pins
+    PINNED_BY_COMMIT_ELIGIBLE_CLAIM = "PinnedByCommitEligibleClaim"  # RetirementBlocked=True
+    NOT_BLOCKED = "NotBlocked"  # RetirementBlocked=False
+    FORCE_RETIRED = "ForceRetired"  # event: a person retired a pinned generation
+    STALE_FORCE_RETIRE = "StaleForceRetire"  # event: a force-retire naming another generation
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
@@ -132,6 +147,9 @@ class Current(base.Model):
     pod: str
     uid: str
     template_hash: str
+    # What the hash was built from: "template" and each referenced "ConfigMap/<name>" or
+    # "Secret/<name>", each with its own digest; tells which of them a later change touched.
+    parts: dict[str, str] | None = None
     started_at: datetime.datetime | None = None
     ready_since: datetime.datetime | None = None
 
@@ -161,6 +179,11 @@ class Transition(base.Model):
     message: str | None = None
     attempt: int | None = None  # refusals of this step by the API server (pod creation)
     not_before: datetime.datetime | None = None  # back-off: the step is not retried before
+    # Pins (ToolRuntimeClaims): when this retire began waiting for them before stopping admission,
+    # whether it is past budgets.pinSeconds (RetirementBlocked), and a force-retire that ended it.
+    pin_wait_since: datetime.datetime | None = None
+    pin_blocked: bool = False
+    force_retired: str | None = None
 
     @property
     def retiring(self) -> bool:
@@ -205,6 +228,14 @@ class PendingReset(base.Model):
     since: datetime.datetime
 
 
+class PendingChange(base.Model):
+    """A change the handoff policy holds back (WhenIdle, Manual): what it is, since when."""
+
+    template_hash: str
+    since: datetime.datetime
+    changed: tuple[str, ...] = ()  # "template", "ConfigMap/<name>", "Secret/<name>"
+
+
 class ToolRuntimeStatus(base.Model):
     observed_generation: int | None = None
     fencing_token: int = 0
@@ -215,6 +246,7 @@ class ToolRuntimeStatus(base.Model):
     last_cleanup_failure: CleanupFailure | None = None
     retry: Retry | None = None
     pending_reset: PendingReset | None = None
+    pending: PendingChange | None = None
     history: tuple[HistoryEntry, ...] = ()
     conditions: tuple[Condition, ...] = ()
 

@@ -1,0 +1,116 @@
+"""ToolRuntimeClaim pins, against the real API server with the operator as a real process: a
+pinned generation is not retired (admission not stopped, the pod keeps serving) until its claim
+is Released; past budgets.pinSeconds, RetirementBlocked with a Warning event and a metric, and it
+keeps serving; a person's force-retire naming the generation proceeds, a stale one is refused.
+The watch log (PodWatch, API server order) is the evidence of when the old pod went.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from kubernetes import client
+
+from harness import baton
+from harness.wait import stays, wait_for
+
+Start = Callable[..., baton.OperatorProcess]
+PLURAL = "toolruntimeclaims"
+
+
+def _claims(rts: baton.Runtimes) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(rts.core.api_client)
+
+
+def make_claim(rts: baton.Runtimes, name: str, *, runtime: str, generation: int, state: str,
+               fork: str = "plan-1", branch: str = "b") -> dict[str, Any]:
+    body = {"apiVersion": f"{baton.GROUP}/{baton.VERSION}", "kind": "ToolRuntimeClaim", "metadata": {"name": name},
+            "spec": {"runtimeRef": {"name": runtime}, "generation": generation, "fork": fork, "branch": branch,
+                     "state": state}}
+    created: dict[str, Any] = _claims(rts).create_namespaced_custom_object(baton.GROUP, baton.VERSION, rts.ns, PLURAL, body)
+    return created
+
+
+def set_state(rts: baton.Runtimes, name: str, state: str) -> dict[str, Any]:
+    patched: dict[str, Any] = _claims(rts).patch_namespaced_custom_object(
+        baton.GROUP, baton.VERSION, rts.ns, PLURAL, name, {"spec": {"state": state}})
+    return patched
+
+
+def read_claim(rts: baton.Runtimes, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = _claims(rts).get_namespaced_custom_object(baton.GROUP, baton.VERSION, rts.ns, PLURAL, name)
+    return got
+
+
+def _cond(rts: baton.Runtimes, name: str, kind: str) -> dict[str, Any]:
+    return rts.condition(name, kind) or {}
+
+
+def serving(rts: baton.Runtimes, runtime: str, uid: str) -> bool:
+    pod = rts.pod(runtime)
+    return (pod is not None and pod.metadata.uid == uid and pod.metadata.deletion_timestamp is None
+            and (pod.metadata.labels or {}).get("baton.dev/serving") == "true")
+
+
+def test_pinned_retire_waits_then_proceeds_when_the_claim_is_released(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    operators("op-a")
+    rts.create(baton.runtime_manifest("pin", budgets={"pinSeconds": 300}))
+    rts.wait_ready("pin", 1)
+    g1 = rts.pod("pin").metadata.uid
+    make_claim(rts, "plan-1-b", runtime="pin", generation=1, state="CommitEligible")
+    wait_for(lambda: read_claim(rts, "plan-1-b").get("status", {}).get("phase") == "Bound", timeout=15,
+             what="claim Bound")
+    rts.set_image("pin", "example/tool:2")
+    wait_for(lambda: _cond(rts, "pin", "Progressing").get("reason") == "AwaitingPinRelease", timeout=15,
+             what="Progressing AwaitingPinRelease")
+    assert "plan-1-b" in _cond(rts, "pin", "Progressing")["message"]
+    assert _cond(rts, "pin", "Ready").get("status") == "True"
+    stays(lambda: serving(rts, "pin", g1), duration=5, what="generation 1 serving while pinned")
+    assert not pod_watch.added_gen("pin", 2) and not pod_watch.deleted_gen("pin", 1)
+
+    released = set_state(rts, "plan-1-b", "Released")
+    rts.wait_ready("pin", 2, timeout=60)
+    [g1_deleted] = pod_watch.deleted_gen("pin", 1)
+    assert g1_deleted.resource_version > int(released["metadata"]["resourceVersion"]), (
+        "generation 1's pod went before its claim was released")
+    assert pod_watch.assert_one_at_a_time("pin") == [1, 2]
+    # Generation 1 is gone: its claim is marked Stale (it pins nothing any more).
+    wait_for(lambda: read_claim(rts, "plan-1-b").get("status", {}).get("phase") == "Stale", timeout=15,
+             what="claim Stale")
+
+
+def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_is_refused(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, namespace: str) -> None:
+    op = operators("op-a")
+    rts.create(baton.runtime_manifest("blk", budgets={"pinSeconds": 3}))
+    rts.wait_ready("blk", 1)
+    g1 = rts.pod("blk").metadata.uid
+    make_claim(rts, "plan-2-a", runtime="blk", generation=1, state="Committed", fork="plan-2", branch="a")
+    rts.set_image("blk", "example/tool:2")
+    wait_for(lambda: _cond(rts, "blk", "RetirementBlocked").get("status") == "True", timeout=30,
+             what="RetirementBlocked")
+    blocked = _cond(rts, "blk", "RetirementBlocked")
+    assert blocked["reason"] == "PinnedByCommitEligibleClaim" and "plan-2-a" in blocked["message"]
+    assert [e.type for e in rts.events("blk", "PinnedByCommitEligibleClaim")] == ["Warning"]
+    wait_for(lambda: op.metric("baton_retirements_blocked", namespace=namespace, runtime="blk") == 1, timeout=10,
+             what="baton_retirements_blocked 1")
+    assert op.metric("baton_retirements_blocked_total") == 1
+    assert _cond(rts, "blk", "Ready").get("status") == "True"
+    stays(lambda: serving(rts, "blk", g1), duration=3, what="generation 1 keeps serving while blocked")
+
+    # A force-retire naming another generation is refused like a stale reset.
+    rts.annotate("blk", "baton.dev/force-retire", "5")
+    wait_for(lambda: "baton.dev/force-retire" not in (rts.get("blk")["metadata"].get("annotations") or {}),
+             timeout=15, what="stale force-retire removed")
+    assert [e.type for e in rts.events("blk", "StaleForceRetire")] == ["Warning"]
+    assert serving(rts, "blk", g1) and _cond(rts, "blk", "RetirementBlocked").get("status") == "True"
+
+    rts.annotate("blk", "baton.dev/force-retire", "1")
+    rts.wait_ready("blk", 2, timeout=60)
+    assert pod_watch.assert_one_at_a_time("blk") == [1, 2]
+    [entry] = [h for h in rts.status("blk").get("history", []) if h["generation"] == 1]
+    assert "force-retired past pins (claims plan-2-a)" in entry.get("message", "")
+    assert [e.type for e in rts.events("blk", "ForceRetired")] == ["Normal"]
+    assert _cond(rts, "blk", "RetirementBlocked").get("status") == "False"
+    wait_for(lambda: op.metric("baton_retirements_blocked", namespace=namespace, runtime="blk") == 0, timeout=10,
+             what="baton_retirements_blocked 0")

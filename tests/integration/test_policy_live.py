@@ -1,0 +1,123 @@
+"""spec.handoff.policy against the real API server, the operator as a real process: Manual waits
+for a reset naming the current generation; WhenIdle waits for the drain probe (dialled only by
+the Lease holder, at most every 5 s) to say idle, or at most budgets.pendingSeconds.
+"""
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+
+from harness import baton
+from harness.wait import stays, wait_for
+
+Start = Callable[..., baton.OperatorProcess]
+
+
+class IdleServer:
+    """An HTTP listener on a kwok-loop pod's IP (loopback): 503 until told, then 200."""
+
+    def __init__(self, ip: str, port: int) -> None:
+        self.idle = threading.Event()
+        self.first_200: float | None = None
+        self.requests: list[float] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                outer.requests.append(time.monotonic())
+                if outer.idle.is_set():
+                    if outer.first_200 is None:
+                        outer.first_200 = time.monotonic()
+                    self.send_response(200)
+                else:
+                    self.send_response(503)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((ip, port), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _cond(rts: baton.Runtimes, name: str, kind: str) -> dict[str, Any]:
+    return rts.condition(name, kind) or {}
+
+
+def _with_policy(manifest: dict[str, Any], policy: str) -> dict[str, Any]:
+    manifest["spec"]["handoff"] = {"policy": policy}
+    return manifest
+
+
+def test_manual_policy_waits_for_a_reset_naming_the_current_generation(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    operators("op-a")
+    rts.create(_with_policy(baton.runtime_manifest("man"), "Manual"))
+    rts.wait_ready("man", 1)
+    rts.set_image("man", "example/tool:2")
+    wait_for(lambda: _cond(rts, "man", "UpdatePending").get("status") == "True", timeout=15, what="UpdatePending")
+    pending = _cond(rts, "man", "UpdatePending")
+    assert pending["reason"] == "WaitingForReset" and 'baton.dev/reset: "1"' in pending["message"]
+    assert pending["message"].startswith("template changed since generation 1 started")
+    assert rts.status("man")["pending"]["changed"] == ["template"]
+    stays(lambda: not pod_watch.added_gen("man", 2) and not pod_watch.deleted_gen("man", 1), duration=5,
+          what="no handoff without a reset")
+    rts.annotate("man", "baton.dev/reset", "1")
+    rts.wait_ready("man", 2, timeout=60)
+    assert rts.pod("man").spec.containers[0].image == "example/tool:2"
+    assert _cond(rts, "man", "UpdatePending")["status"] == "False" and "pending" not in rts.status("man")
+    assert pod_watch.assert_one_at_a_time("man") == [1, 2]
+
+
+@pytest.mark.usefixtures("kwok_nodes")
+@pytest.mark.parametrize("becomes_idle", [True, False], ids=["idle", "pending-seconds-pass"])
+def test_when_idle_policy_waits_for_the_drain_probe_at_most_pending_seconds(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, becomes_idle: bool) -> None:
+    port = baton.free_port()
+    pending_seconds = 60 if becomes_idle else 12
+    manifest = baton.runtime_manifest("whenidle", loopback=True, budgets={"pendingSeconds": pending_seconds},
+                                      drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1})
+    rts.create(_with_policy(manifest, "WhenIdle"))
+    operators("op-a")
+    rts.wait_ready("whenidle", 1)
+    ip = rts.gen_pod("whenidle", 1).status.pod_ip
+    assert ip.startswith("127."), ip
+    server = IdleServer(ip, port)
+    try:
+        rts.set_image("whenidle", "example/tool:2")
+        changed = time.monotonic()
+        wait_for(lambda: _cond(rts, "whenidle", "UpdatePending").get("reason") == "WaitingForIdle", timeout=15,
+                 what="UpdatePending WaitingForIdle")
+        wait_for(lambda: len(server.requests) >= 2, timeout=15, what="two idle checks")
+        assert not pod_watch.added_gen("whenidle", 2) and not pod_watch.deleted_gen("whenidle", 1)
+        if becomes_idle:
+            server.idle.set()
+        rts.wait_ready("whenidle", 2, timeout=pending_seconds + 40)
+    finally:
+        server.close()
+    [g1_deleted] = pod_watch.deleted_gen("whenidle", 1)
+    # The checks while the change waited: before the probe said idle, or before pendingSeconds
+    # could have run out (after that the handoff's own Draining step probes every periodSeconds).
+    end = server.first_200 if becomes_idle else changed + pending_seconds - 1.0
+    checks = [t for t in server.requests if end is not None and t < end]
+    assert len(checks) >= 2
+    # While waiting, the probe ran at most once per check interval (5 s), not every periodSeconds.
+    gaps = [b - a for a, b in zip(checks, checks[1:])]
+    assert all(g >= 4.0 for g in gaps), f"idle checks closer than the interval: {gaps}"
+    entry = rts.status("whenidle")["history"][0]
+    assert entry["generation"] == 1
+    if becomes_idle:
+        assert server.first_200 is not None and g1_deleted.received > server.first_200
+    else:
+        assert g1_deleted.received - changed >= pending_seconds - 1.0
+    assert _cond(rts, "whenidle", "UpdatePending")["status"] == "False"
+    assert pod_watch.assert_one_at_a_time("whenidle") == [1, 2]
