@@ -95,14 +95,16 @@ def main() -> int:
                    stdout=subprocess.DEVNULL)
     operator: subprocess.Popen[bytes] | None = None
     try:
-        print("\n== installing the CRD from the Helm chart")
+        print("\n== installing the CRDs from the Helm chart")
         # --kube-version: without a cluster Helm assumes v1.20.0, below the chart's kubeVersion.
         kube = next(line.split("=", 1)[1].strip() for line in (ROOT / "hack" / "versions.env").read_text().splitlines()
                     if line.startswith("KUBERNETES_VERSION="))
+        # Both: the operator watches ToolRuntimeClaims too (pins fail closed without them).
         crd = sh("helm", "template", "baton", str(ROOT / "charts" / "baton"), "--show-only", "templates/crd.yaml",
-                 "--kube-version", kube, show=False)
+                 "--show-only", "templates/crd-toolruntimeclaims.yaml", "--kube-version", kube, show=False)
         sh("kubectl", "apply", "-f", "-", stdin=crd)
-        sh("kubectl", "wait", "--for=condition=established", "crd/toolruntimes.baton.dev", "--timeout=30s")
+        sh("kubectl", "wait", "--for=condition=established", "crd/toolruntimes.baton.dev",
+           "crd/toolruntimeclaims.baton.dev", "--timeout=30s")
         sh("kubectl", "create", "namespace", NS)
         print("\n== running the operator (python -m baton), log in .baton/demo/operator.log")
         # Free ports: another checkout's demo or test run may be using fixed ones.
