@@ -168,9 +168,12 @@ def test_ctrl_c_at_the_confirmation_changes_nothing(rts: baton.Runtimes, cluster
     script = Path(sys.executable).parent / "kubectl-baton"
     keyboard, tty = os.openpty()
     try:
+        # A user at a terminal: SIGINT at its default. (A test run started in the background by a
+        # non-interactive shell inherits SIGINT ignored, and so would the plugin.)
         proc = subprocess.Popen([str(script), "force-recover", "halted", "-n", namespace,
                                  "--kubeconfig", cluster.kubeconfig],
-                                stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cluster.env)
+                                stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=cluster.env,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         assert proc.stderr is not None and proc.stdout is not None
         seen, deadline = b"", time.monotonic() + 30
         while not seen.endswith(b"[y/N] ") and time.monotonic() < deadline:
