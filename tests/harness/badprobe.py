@@ -290,15 +290,25 @@ class Canary(_Server):
 
 
 class IdleAfter(_Server):
-    """503 "busy" until `seconds` after start(), 200 "idle" after."""
+    """503 "busy" until `seconds` after start() or until make_idle(), whichever comes first;
+    200 "idle" after (``seconds=math.inf``: busy until told)."""
 
     def __init__(self, host: str, port: int, *, seconds: float, max_connections: int = 64,
                  max_seconds: float = 300.0) -> None:
         super().__init__(host, port, max_connections=max_connections, max_seconds=max_seconds)
         self.seconds = seconds
+        self._told = threading.Event()
+
+    def make_idle(self) -> None:
+        self._told.set()
 
     def idle(self) -> bool:
-        return self.started is not None and time.monotonic() - self.started >= self.seconds
+        return self._told.is_set() or (
+            self.started is not None and time.monotonic() - self.started >= self.seconds)
+
+    def first_idle_answer(self) -> float | None:
+        """When the first connection answered 200 was accepted (monotonic), if any was."""
+        return min((c.accepted for c in self.connections() if c.answered == 200), default=None)
 
     def serve(self, sock: socket.socket, conn: Connection) -> None:
         self._read_request(sock, conn)

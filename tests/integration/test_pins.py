@@ -22,10 +22,13 @@ def _claims(rts: baton.Runtimes) -> client.CustomObjectsApi:
 
 
 def make_claim(rts: baton.Runtimes, name: str, *, runtime: str, generation: int, state: str,
-               fork: str = "plan-1", branch: str = "b") -> dict[str, Any]:
+               fork: str = "plan-1", branch: str = "b", references: list[str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtimeRef": {"name": runtime}, "generation": generation, "fork": fork,
+                            "branch": branch, "state": state}
+    if references:
+        spec["references"] = list(references)
     body = {"apiVersion": f"{baton.GROUP}/{baton.VERSION}", "kind": "ToolRuntimeClaim", "metadata": {"name": name},
-            "spec": {"runtimeRef": {"name": runtime}, "generation": generation, "fork": fork, "branch": branch,
-                     "state": state}}
+            "spec": spec}
     created: dict[str, Any] = _claims(rts).create_namespaced_custom_object(baton.GROUP, baton.VERSION, rts.ns, PLURAL, body)
     return created
 
@@ -114,3 +117,59 @@ def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_
     assert _cond(rts, "blk", "RetirementBlocked").get("status") == "False"
     wait_for(lambda: op.metric("baton_retirements_blocked", namespace=namespace, runtime="blk") == 0, timeout=10,
              what="baton_retirements_blocked 0")
+
+
+def test_unreferenced_speculative_and_abandoned_claims_never_delay_a_handoff(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    operators("op-a")
+    rts.create(baton.runtime_manifest("fast", budgets={"pinSeconds": 300}))
+    rts.wait_ready("fast", 1)
+    # Claims on generation 1 that pin nothing: speculative and abandoned branches, one speculative
+    # branch referencing an abandoned one (only a commit-eligible or committed reference pins).
+    make_claim(rts, "fk-probe", runtime="fast", generation=1, state="Speculative", fork="fk", branch="probe")
+    make_claim(rts, "fk-old", runtime="fast", generation=1, state="Abandoned", fork="fk", branch="old")
+    make_claim(rts, "fk-plan", runtime="fast", generation=1, state="Speculative", fork="fk", branch="plan",
+               references=["probe", "old"])
+    for name in ("fk-probe", "fk-old", "fk-plan"):
+        wait_for(lambda n=name: read_claim(rts, n).get("status", {}).get("phase") == "Bound", timeout=15,  # type: ignore[misc]
+                 what=f"claim {name} Bound")
+    rts.set_image("fast", "example/tool:2")
+    rts.wait_ready("fast", 2, timeout=60)
+    assert pod_watch.assert_one_at_a_time("fast") == [1, 2]
+    assert rts.events("fast", "AwaitingPinRelease") == [], "an unreferenced claim held the retire"
+    assert _cond(rts, "fast", "RetirementBlocked").get("status") != "True"
+    [entry] = [h for h in rts.status("fast").get("history", []) if h["generation"] == 1]
+    assert "pin" not in entry.get("message", "")
+
+
+def test_deleting_a_pinned_runtime_waits_for_the_pin_then_leaves_nothing(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    operators("op-a")
+    rts.create(baton.runtime_manifest("del", service=True, budgets={"pinSeconds": 300}))
+    rts.wait_ready("del", 1)
+    g1 = rts.pod("del").metadata.uid
+    # The abandoned probe branch's effect is referenced by the planner's commit-eligible claim:
+    # generation 1 is pinned although the claim that names it is abandoned.
+    make_claim(rts, "fd-probe", runtime="del", generation=1, state="Abandoned", fork="fd", branch="probe")
+    make_claim(rts, "fd-plan", runtime="del", generation=1, state="CommitEligible", fork="fd", branch="plan",
+               references=["probe"])
+    wait_for(lambda: read_claim(rts, "fd-plan").get("status", {}).get("phase") == "Bound", timeout=15,
+             what="claim Bound")
+    rts.delete("del")
+    wait_for(lambda: _cond(rts, "del", "Progressing").get("reason") == "AwaitingPinRelease", timeout=15,
+             what="deletion AwaitingPinRelease")
+    message = _cond(rts, "del", "Progressing")["message"]
+    assert "fd-plan" in message and "probe" in message
+    assert rts.get("del")["metadata"].get("deletionTimestamp")
+    stays(lambda: serving(rts, "del", g1), duration=5, what="generation 1 serving while its deletion is pinned")
+    assert not pod_watch.deleted_gen("del", 1)
+
+    released = set_state(rts, "fd-plan", "Released")
+    wait_for(lambda: not rts.exists("del"), timeout=60, what="runtime deleted")
+    [g1_deleted] = pod_watch.deleted_gen("del", 1)
+    assert g1_deleted.resource_version > int(released["metadata"]["resourceVersion"]), (
+        "generation 1's pod went before the referencing claim was released")
+    assert rts.pod("del") is None and rts.pods("del") == []
+    assert pod_watch.assert_one_at_a_time("del") == [1]
+    services = rts.core.list_namespaced_service(rts.ns, label_selector="baton.dev/runtime=del").items
+    assert services == []

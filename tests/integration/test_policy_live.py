@@ -4,49 +4,16 @@ the Lease holder, at most every 5 s) to say idle, or at most budgets.pendingSeco
 """
 from __future__ import annotations
 
-import http.server
-import threading
+import math
 import time
 from typing import Any, Callable
 
 import pytest
 
-from harness import baton
+from harness import badprobe, baton
 from harness.wait import stays, wait_for
 
 Start = Callable[..., baton.OperatorProcess]
-
-
-class IdleServer:
-    """An HTTP listener on a kwok-loop pod's IP (loopback): 503 until told, then 200."""
-
-    def __init__(self, ip: str, port: int) -> None:
-        self.idle = threading.Event()
-        self.first_200: float | None = None
-        self.requests: list[float] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                outer.requests.append(time.monotonic())
-                if outer.idle.is_set():
-                    if outer.first_200 is None:
-                        outer.first_200 = time.monotonic()
-                    self.send_response(200)
-                else:
-                    self.send_response(503)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer((ip, port), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _cond(rts: baton.Runtimes, name: str, kind: str) -> dict[str, Any]:
@@ -91,24 +58,25 @@ def test_when_idle_policy_waits_for_the_drain_probe_at_most_pending_seconds(
     rts.wait_ready("whenidle", 1)
     ip = rts.gen_pod("whenidle", 1).status.pod_ip
     assert ip.startswith("127."), ip
-    server = IdleServer(ip, port)
+    server = badprobe.idle_after(ip, port, seconds=math.inf)
     try:
         rts.set_image("whenidle", "example/tool:2")
         changed = time.monotonic()
         wait_for(lambda: _cond(rts, "whenidle", "UpdatePending").get("reason") == "WaitingForIdle", timeout=15,
                  what="UpdatePending WaitingForIdle")
-        wait_for(lambda: len(server.requests) >= 2, timeout=15, what="two idle checks")
+        wait_for(lambda: len(server.connections()) >= 2, timeout=15, what="two idle checks")
         assert not pod_watch.added_gen("whenidle", 2) and not pod_watch.deleted_gen("whenidle", 1)
         if becomes_idle:
-            server.idle.set()
+            server.make_idle()
         rts.wait_ready("whenidle", 2, timeout=pending_seconds + 40)
     finally:
-        server.close()
+        server.stop()
     [g1_deleted] = pod_watch.deleted_gen("whenidle", 1)
     # The checks while the change waited: before the probe said idle, or before pendingSeconds
     # could have run out (after that the handoff's own Draining step probes every periodSeconds).
-    end = server.first_200 if becomes_idle else changed + pending_seconds - 1.0
-    checks = [t for t in server.requests if end is not None and t < end]
+    first_idle = server.first_idle_answer()
+    end = first_idle if becomes_idle else changed + pending_seconds - 1.0
+    checks = [c.accepted for c in server.connections() if end is not None and c.accepted < end]
     assert len(checks) >= 2
     # While waiting, the probe ran at most once per check interval (5 s), not every periodSeconds.
     gaps = [b - a for a, b in zip(checks, checks[1:])]
@@ -116,7 +84,7 @@ def test_when_idle_policy_waits_for_the_drain_probe_at_most_pending_seconds(
     entry = rts.status("whenidle")["history"][0]
     assert entry["generation"] == 1
     if becomes_idle:
-        assert server.first_200 is not None and g1_deleted.received > server.first_200
+        assert first_idle is not None and g1_deleted.received > first_idle
     else:
         assert g1_deleted.received - changed >= pending_seconds - 1.0
     assert _cond(rts, "whenidle", "UpdatePending")["status"] == "False"

@@ -6,6 +6,7 @@ really misbehave the way later tests rely on, and stop() must leave nothing behi
 from __future__ import annotations
 
 import http.client
+import math
 import socket
 import time
 import urllib.request
@@ -147,6 +148,17 @@ def test_idle_after_answers_200_once_its_time_has_come_and_never_503_after() -> 
         answers = [c.answered for c in srv.connections()]
         assert set(answers) <= {503, 200} and answers[-4:] == [200] * 4
         assert answers == sorted(answers, key=lambda s: s == 200), "a 503 after a 200"
+
+
+def test_idle_after_turns_idle_when_told_before_its_time() -> None:
+    with badprobe.idle_after(POD_IP, 0, seconds=math.inf) as srv:
+        assert _get(*srv.address)[0] == 503
+        srv.make_idle()
+        assert _get(*srv.address) == (200, b"idle")
+        wait_for(lambda: [c.answered for c in srv.connections()] == [503, 200], timeout=5, interval=0.02,
+                 what="both answers recorded")
+        first_idle = srv.first_idle_answer()
+        assert first_idle is not None and first_idle == srv.connections()[1].accepted
 
 
 def test_stop_closes_the_listener_and_cuts_open_connections() -> None:
