@@ -33,6 +33,9 @@ log = logging.getLogger("baton.runner")
 Key = tuple[str, str]
 # A worker keeps a runtime for at most this many passes in a row before requeueing it.
 MAX_PASSES_PER_TURN = 25
+# A claim only changes what a retire would do: while the runtime is in no transition its claims'
+# events wait this long, so a burst of them (an agent forking twenty branches) is one pass.
+CLAIM_SETTLE_SECONDS = 1.0
 
 
 class Runner:
@@ -87,11 +90,22 @@ class Runner:
             self.wake(meta.get("namespace") or "", meta["name"])
 
     def _on_claim(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        # A claim pins (or stops pinning) the generation of the runtime it names.
+        # A claim pins (or stops pinning) the generation of the runtime it names. Its status is
+        # ours (Bound/Stale): an update that leaves the spec alone (same metadata.generation)
+        # changes nothing to decide on, so our own phase writes never wake the runtime again.
+        if old is not None and new is not None and (
+                (old.get("metadata") or {}).get("generation") == (new.get("metadata") or {}).get("generation")):
+            return
         for obj in (old, new):
             runtime = vw.claim_runtime(obj) if obj is not None else None
-            if obj is not None and runtime:
-                self.wake((obj.get("metadata") or {}).get("namespace") or "", runtime)
+            if obj is None or not runtime:
+                continue
+            ns = (obj.get("metadata") or {}).get("namespace") or ""
+            rt = self.views.runtimes.get(ns, runtime)
+            if rt is not None and (rt.get("status") or {}).get("transition"):
+                self.wake(ns, runtime)  # a retire may be waiting on this claim: at once
+            elif not self.shutting_down:
+                self.queue.add_after((ns, runtime), CLAIM_SETTLE_SECONDS)
 
     def _by_label(self, label: str) -> st_mod.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -221,6 +235,12 @@ class Runner:
                 local.lock_wait_since = None
             if plan.actions:
                 log.debug("plan %s: %s (%s)", name, plan.kinds(), plan.note, extra={"runtime": f"{ns}/{name}"})
+            if not plan.actions or moves_forward(o.status, plan):
+                # The budget stops a runtime that keeps acting without getting anywhere (a
+                # foreign actor undoing our writes, a flapping spec). A pass that only read the
+                # cache, or one that takes the lifecycle a step on (finite per transition), is
+                # not charged: a handoff always runs at full speed.
+                self.budget.refund(key)
             ok = await self.executor.execute(snap, plan, local, lambda: self.wake(ns, name))
             if not ok:
                 self.queue.add_after(key, self.backoff.when(key))
@@ -276,3 +296,16 @@ class Runner:
             conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
             yield ns, name, conds, started, budget_sum if started is not None else None
+
+
+def _where(status: st.ToolRuntimeStatus) -> tuple[object, ...]:
+    t, cur = status.transition, status.current
+    return (None if t is None else (t.to, t.step), None if cur is None else cur.generation)
+
+
+def moves_forward(before: st.ToolRuntimeStatus, plan: p.Plan) -> bool:
+    """Whether `plan` takes the lifecycle a step on: persists another transition step (or starts
+    or ends one, or a new current generation), or creates or deletes a pod."""
+    if plan.find(p.CreatePod) or plan.find(p.DeletePod) or plan.find(p.ForceDeletePod):
+        return True
+    return any(_where(write.status) != _where(before) for write in plan.find(p.WriteStatus))

@@ -135,3 +135,20 @@ def test_pass_budget_allows_a_burst_then_a_steady_rate() -> None:
         passes += 1
     assert passes / t == pytest.approx(2.0, rel=0.05)
     assert budget.take("other") == 0.0  # per key
+
+
+def test_pass_budget_refund_gives_back_a_pass_that_did_not_act() -> None:
+    clock = FakeClock()
+    budget: q.PassBudget[str] = q.PassBudget(burst=3, rate=1.0, clock=clock)
+    for _ in range(100):  # a storm of events whose passes found nothing to do
+        assert budget.take("k") == 0.0
+        budget.refund("k")
+    assert [budget.take("k") for _ in range(3)] == [0.0] * 3  # the burst is still whole
+    assert budget.take("k") == pytest.approx(1.0)
+    budget.refund("other")  # a key never seen: nothing to give back, nothing created
+    assert budget.take("other") == 0.0
+    # Refunds never lift a key above its burst.
+    assert budget.take("j") == 0.0
+    for _ in range(10):
+        budget.refund("j")
+    assert [budget.take("j") for _ in range(3)] == [0.0] * 3 and budget.take("j") > 0

@@ -7,7 +7,7 @@ The fencing token lives in spec.leaseTransitions: it grows by one at every acqui
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, Callable
 
 from baton.k8s import api, client
 
@@ -97,41 +97,45 @@ def _ours(lease: dict[str, Any] | None, identity: str, token: int) -> bool:
     return spec.get("holderIdentity") == identity and int(spec.get("leaseTransitions") or 0) == token
 
 
-async def renew_lease(
-    *, namespace: str, name: str, identity: str, token: int, now: datetime.datetime, last: dict[str, Any] | None
-) -> dict[str, Any]:
-    """One compare-and-swap on the copy we last wrote (one request, no read); only if someone
-    else wrote meanwhile, read once to tell a conflict we can retry from a lost Lease."""
-    lease = last if last is not None and _ours(last, identity, token) else await read_lease(namespace, name)
+async def _swap(
+    *, namespace: str, name: str, lease: dict[str, Any] | None,
+    still_ours: Callable[[dict[str, Any]], bool], change: Callable[[dict[str, Any]], dict[str, Any]],
+) -> dict[str, Any] | None:
+    """Compare-and-swap `change(spec)` onto `lease` (our last copy: one request, no read). Only if
+    someone else wrote meanwhile, read once and try again while it is still ours. None when it is
+    not ours (any more); LeaseLost when the second swap conflicts too."""
     for attempt in (1, 2):
-        if lease is None or not _ours(lease, identity, token):
-            raise LeaseLost("no longer ours")
-        lease = {**lease, "spec": {**lease["spec"], "renewTime": client.micro_time(now)}}
+        if lease is None or not still_ours(lease):
+            return None
         try:
-            return await _replace_lease(namespace, name, lease)
+            return await _replace_lease(namespace, name, {**lease, "spec": change(lease.get("spec") or {})})
         except LeaseLost:
             if attempt == 2:
                 raise
             lease = await read_lease(namespace, name)
-    raise LeaseLost("no longer ours")  # pragma: no cover - the loop returns or raises
+    return None  # pragma: no cover - the loop returns or raises
+
+
+async def renew_lease(
+    *, namespace: str, name: str, identity: str, token: int, now: datetime.datetime, last: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Move renewTime to `now` while the Lease names us with our token (see _swap)."""
+    lease = last if last is not None and _ours(last, identity, token) else await read_lease(namespace, name)
+    renewed = await _swap(namespace=namespace, name=name, lease=lease,
+                          still_ours=lambda lz: _ours(lz, identity, token),
+                          change=lambda spec: {**spec, "renewTime": client.micro_time(now)})
+    if renewed is None:
+        raise LeaseLost("no longer ours")
+    return renewed
 
 
 async def release_lease(*, namespace: str, name: str, identity: str, last: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """Clear the holder (keep the token), so the next acquirer needs no wait. Only while the
     Lease still names us: a Lease someone else took meanwhile is left alone."""
     lease = last if last is not None else await read_lease(namespace, name)
-    for attempt in (1, 2):
-        spec = (lease or {}).get("spec") or {}
-        if lease is None or spec.get("holderIdentity") != identity:
-            return None
-        lease = {**lease, "spec": {**spec, "holderIdentity": None, "renewTime": None, "acquireTime": None}}
-        try:
-            return await _replace_lease(namespace, name, lease)
-        except LeaseLost:
-            if attempt == 2:
-                raise
-            lease = await read_lease(namespace, name)
-    return None
+    return await _swap(namespace=namespace, name=name, lease=lease,
+                       still_ours=lambda lz: (lz.get("spec") or {}).get("holderIdentity") == identity,
+                       change=lambda spec: {**spec, "holderIdentity": None, "renewTime": None, "acquireTime": None})
 
 
 async def delete_lease(namespace: str, name: str) -> None:

@@ -160,6 +160,12 @@ class PassBudget(Generic[K]):
         self._reserved[key] = now + wait
         return wait
 
+    def refund(self, key: K) -> None:
+        """Give back the token of the pass just admitted (it turned out not to act)."""
+        state = self._state.get(key)
+        if state is not None:
+            self._state[key] = (min(self.burst, state[0] + 1.0), state[1])
+
     def forget(self, key: K) -> None:
         self._state.pop(key, None)
         self._reserved.pop(key, None)
