@@ -4,6 +4,10 @@ Both run the same pod template on the same local control plane in the same run, 
 Every Baton wait is at its minimum (all budgets 1 s; no drain probe, no Service), and the
 Deployment's pods get terminationGracePeriodSeconds 1, so both pay the same one-second grace.
 
+A third runtime, "claimed", runs the same rounds with CLAIMS unreferenced ToolRuntimeClaims on
+the generation being retired (half Speculative, referencing each other, half Abandoned): they pin
+nothing, so its handoff must cost what the plain one costs (the issue's bound: within 100 ms).
+
 Latency = from the template patch until the new pod is Ready and the old one is gone:
   Baton:      status.current.generation == N+1 and Ready=True (the old pod is confirmed gone first).
   Deployment: observedGeneration caught up, 1 updated + available replica, 1 pod in total.
@@ -52,15 +56,40 @@ def pod_template(image: str, kind: str) -> dict[str, Any]:
                      "containers": [{"name": "server", "image": image}]}}
 
 
-def baton_round(custom: client.CustomObjectsApi, i: int) -> float:
-    gen_before = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool")[
+CLAIMS = 20
+
+
+def unreferenced_claims(custom: client.CustomObjectsApi, runtime: str, generation: int) -> None:
+    """CLAIMS claims on `generation` that pin nothing: speculative branches referencing each other
+    and abandoned ones (only a CommitEligible or Committed reference pins)."""
+    fork = f"{runtime}-g{generation}"
+    for k in range(CLAIMS):
+        state = "Speculative" if k % 2 == 0 else "Abandoned"
+        spec: dict[str, Any] = {"runtimeRef": {"name": runtime}, "generation": generation, "fork": fork,
+                                "branch": f"b{k}", "state": state}
+        if state == "Speculative" and k > 0:
+            spec["references"] = [f"b{k - 1}"]
+        custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimeclaims", {
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntimeClaim",
+            "metadata": {"name": f"{fork}-b{k}"}, "spec": spec})
+
+
+def baton_round(custom: client.CustomObjectsApi, i: int, name: str = "tool", claims: bool = False) -> float:
+    gen_before = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", name)[
         "status"]["current"]["generation"]
+    if claims:
+        unreferenced_claims(custom, name, gen_before)
+        # Claims that exist when the change comes (Baton has seen them: their phase is written).
+        wait(lambda: all((c.get("status") or {}).get("phase") == "Bound" for c in custom.list_namespaced_custom_object(
+            "baton.dev", "v1alpha1", NS, "toolruntimeclaims",
+            ).get("items", []) if c["spec"]["generation"] == gen_before
+            and c["spec"]["runtimeRef"]["name"] == name), 30, "claims Bound")
     t0 = time.monotonic()
-    custom.patch_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool",
+    custom.patch_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", name,
                                           {"spec": {"template": pod_template(f"example/tool:{i}", "baton")}})
 
     def done() -> bool:
-        st = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool").get("status", {})
+        st = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", name).get("status", {})
         ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
         return (st.get("current") or {}).get("generation") == gen_before + 1 and ready.get("status") == "True"
 
@@ -104,7 +133,8 @@ def main() -> int:
         core, apps, custom = client.CoreV1Api(), client.AppsV1Api(), client.CustomObjectsApi()
         kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
         subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(kubectl + ["wait", "--for=condition=established", "crd/toolruntimes.baton.dev"], check=True,
+        subprocess.run(kubectl + ["wait", "--for=condition=established", "--timeout=120s", "crd/toolruntimes.baton.dev",
+                                  "crd/toolruntimeclaims.baton.dev"], check=True,
                        stdout=subprocess.DEVNULL)
         core.create_namespace({"metadata": {"name": NS}})
         wait(lambda: bool(core.list_namespaced_service_account(NS).items), 30, "default SA")
@@ -126,30 +156,37 @@ def main() -> int:
         ones = {k: 1 for k in ("lockSeconds", "connectSeconds", "drainSeconds", "terminationGraceSeconds",
                                "cleanupSeconds")}
         rt_template = pod_template("example/tool:0", "baton")
-        custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", {
-            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": "tool"},
-            "spec": {"template": rt_template, "budgets": {**ones, "connectSeconds": 30}}})
+        for name in ("tool", "claimed"):
+            custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", {
+                "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": name},
+                "spec": {"template": rt_template, "budgets": {**ones, "connectSeconds": 30}}})
         dep_template = pod_template("example/tool:0", "deployment")
         apps.create_namespaced_deployment(NS, {
             "metadata": {"name": "recreate"},
             "spec": {"replicas": 1, "strategy": {"type": "Recreate"},
                      "selector": {"matchLabels": {"app": "bench", "kind": "deployment"}},
                      "template": dep_template}})
-        wait(lambda: (custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", "tool")
-                      .get("status", {}).get("current") or {}).get("generation") == 1, 60, "baton g1")
+        for name in ("tool", "claimed"):
+            wait(lambda: (custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", name)
+                          .get("status", {}).get("current") or {}).get("generation") == 1, 60, "baton g1")
         wait(lambda: (apps.read_namespaced_deployment("recreate", NS).status.available_replicas or 0) == 1, 60,
              "deployment available")
         b: list[float] = []
+        c: list[float] = []
         d: list[float] = []
         for i in range(1, args.rounds + 1):
             b.append(baton_round(custom, i))
+            c.append(baton_round(custom, i, "claimed", claims=True))
             d.append(deployment_round(apps, core, i))
         print(f"rounds: {args.rounds} (interleaved, same cluster, same pod template, grace 1 s)")
         print(f"{'':12} {'p50 s':>8} {'p95 s':>8} {'mean s':>8}")
-        for label, xs in (("baton", b), ("recreate", d)):
+        for label, xs in (("baton", b), (f"+{CLAIMS} claims", c), ("recreate", d)):
             print(f"{label:12} {statistics.median(xs):8.3f} {pct(xs, 0.95):8.3f} {statistics.mean(xs):8.3f}")
         print(f"ratio baton/recreate: p50 {statistics.median(b) / statistics.median(d):.2f}  "
               f"p95 {pct(b, 0.95) / pct(d, 0.95):.2f}")
+        print(f"{CLAIMS} unreferenced claims on the retired generation add: "
+              f"p50 {1000 * (statistics.median(c) - statistics.median(b)):+.0f} ms, "
+              f"mean {1000 * (statistics.mean(c) - statistics.mean(b)):+.0f} ms")
         return 0
     finally:
         if op is not None:
