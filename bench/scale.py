@@ -19,6 +19,7 @@ import argparse
 import concurrent.futures
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -97,6 +98,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--idle-seconds", type=int, default=60)
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--profile", metavar="FILE", help="run the (first) operator under py-spy record, "
+                    "writing collapsed stacks to FILE (pip install py-spy; .[bench])")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baton-scale-"))
     py = sys.executable
@@ -104,6 +107,7 @@ def main() -> int:
                    stdout=subprocess.DEVNULL)
     kubeconfig = str(work / "plane" / "kubeconfig")
     ops: list[subprocess.Popen[bytes]] = []
+    procs: list[Proc] = []
     try:
         config.load_kube_config(kubeconfig)
         cfg = client.Configuration.get_default_copy()
@@ -112,7 +116,8 @@ def main() -> int:
         core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
         kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
         subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(kubectl + ["wait", "--for=condition=established", "crd/toolruntimes.baton.dev"], check=True,
+        subprocess.run(kubectl + ["wait", "--for=condition=established", "--timeout=120s", "crd/toolruntimes.baton.dev",
+                                  "crd/toolruntimeclaims.baton.dev"], check=True,
                        stdout=subprocess.DEVNULL)
         for ns in (NS_B, NS_D):
             core.create_namespace({"metadata": {"name": ns}})
@@ -123,7 +128,12 @@ def main() -> int:
             env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=f"scale-{r}", BATON_NAMESPACES=NS_B,
                        BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
                        BATON_LOG_LEVEL="WARNING", BATON_WORKERS=str(args.workers))
-            ops.append(subprocess.Popen([py, "-m", "baton"], env=env, stdout=open(work / f"operator-{r}.log", "wb"),
+            argv = [py, "-m", "baton"]
+            if args.profile and r == 0:
+                spy = str(Path(py).parent / "py-spy")
+                argv = [spy, "record", "--format", "raw", "--rate", "50", "--nonblocking",
+                        "--output", args.profile, "--", *argv]
+            ops.append(subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{r}.log", "wb"),
                                         stderr=subprocess.STDOUT))
 
             def healthy(port: int = hport) -> bool:
@@ -133,7 +143,9 @@ def main() -> int:
                 except OSError:
                     return False
             wait(healthy, 60, "operator healthy", every=0.2)
-        procs = [Proc(op.pid) for op in ops]
+        # Under py-spy the operator is py-spy's child: measure that process, not the profiler.
+        procs = [Proc(int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
+                      if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]
         budgets = {"lockSeconds": 10, "connectSeconds": 120, "drainSeconds": 1, "terminationGraceSeconds": 1,
                    "cleanupSeconds": 30}
 
@@ -239,8 +251,15 @@ def main() -> int:
         print(f"{f'idle {args.idle_seconds}s: API writes':38} {idle_writes:10.0f}")
         return 0
     finally:
-        for op in ops:
-            op.terminate()
+        for i, op in enumerate(ops):
+            if args.profile and i == 0 and procs:
+                # Stop the operator itself: py-spy then writes its profile and exits.
+                try:
+                    os.kill(procs[0].pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            else:
+                op.terminate()
         for op in ops:
             try:
                 op.wait(timeout=30)
