@@ -46,7 +46,9 @@ class Runner:
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views)
         self.prober = drainprobe.Prober(allowed=settings.probe_allowed, concurrency=settings.probe_concurrency)
-        self.queue: q.WorkQueue[Key] = q.WorkQueue()
+        # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes
+        # and hands the Lease back instead of renewing it while new work queues ahead of it.
+        self.queue: q.WorkQueue[Key] = q.WorkQueue(first=lambda key: key in self.executor.held)
         self.backoff: q.Backoff[Key] = q.Backoff()
         self.budget: q.PassBudget[Key] = q.PassBudget()
         self.locals: dict[Key, snapshot_mod.Local] = {}

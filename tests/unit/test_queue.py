@@ -152,3 +152,27 @@ def test_pass_budget_refund_gives_back_a_pass_that_did_not_act() -> None:
     for _ in range(10):
         budget.refund("j")
     assert [budget.take("j") for _ in range(3)] == [0.0] * 3 and budget.take("j") > 0
+
+
+async def _drain(queue: q.WorkQueue[str], n: int) -> list[str]:
+    out = []
+    for _ in range(n):
+        key = await queue.get()
+        queue.done(key)
+        out.append(key)
+    return out
+
+
+def test_keys_in_progress_are_served_first_and_the_others_never_starve() -> None:
+    held = {f"h{i}" for i in range(20)}
+    queue: q.WorkQueue[str] = q.WorkQueue(first=lambda key: key in held)
+    for key in ["n0", "h0", "n1", "h1", "h2"]:
+        queue.add(key)
+    assert asyncio.run(_drain(queue, 5)) == ["h0", "h1", "h2", "n0", "n1"]
+    # A stream of in-progress keys lets one other key through every URGENT_RUN of them.
+    queue.add("n2")
+    for i in range(20):
+        queue.add(f"h{i}")
+    order = asyncio.run(_drain(queue, 21))
+    assert order.index("n2") == q.URGENT_RUN
+    assert sorted(order) == sorted([*(f"h{i}" for i in range(20)), "n2"])

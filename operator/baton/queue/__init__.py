@@ -5,6 +5,9 @@
 - `add_after(key, seconds)`: a deadline as a wake-up (the earliest one wins).
 - `Backoff`: per-key exponential back-off with jitter for failures; `forget` resets it.
 - `PassBudget`: per-key token bucket, so no input can make one key spin.
+- `first`: keys it says yes to (work in progress: a runtime whose Lease this replica holds) are
+  served before the others, one other key at least every URGENT_RUN of them, so what is started
+  finishes (and hands its Lease back) before more is started, and nothing starves.
 
 A key waiting here holds nothing: the Lease is taken only by the worker that acts on it.
 """
@@ -27,10 +30,17 @@ class ShutDown(Exception):
     """The queue was shut down: workers stop."""
 
 
+URGENT_RUN = 8
+
+
 class WorkQueue(Generic[K]):
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic,
+                 first: Callable[[K], bool] | None = None) -> None:
         self._clock = clock
+        self._first = first
         self._ready: collections.deque[K] = collections.deque()
+        self._urgent: collections.deque[K] = collections.deque()
+        self._urgent_run = 0
         self._dirty: set[K] = set()
         self._processing: set[K] = set()
         self._delayed: list[tuple[float, int, K]] = []
@@ -40,7 +50,18 @@ class WorkQueue(Generic[K]):
         self._shut = False
 
     def __len__(self) -> int:
-        return len(self._ready)
+        return len(self._ready) + len(self._urgent)
+
+    def _enqueue(self, key: K) -> None:
+        (self._urgent if self._first is not None and self._first(key) else self._ready).append(key)
+        self._wakeup.set()
+
+    def _pop(self) -> K:
+        if self._urgent and (self._urgent_run < URGENT_RUN or not self._ready):
+            self._urgent_run += 1
+            return self._urgent.popleft()
+        self._urgent_run = 0
+        return self._ready.popleft()
 
     @property
     def waiting(self) -> int:
@@ -53,8 +74,7 @@ class WorkQueue(Generic[K]):
         self._dirty.add(key)
         self._due.pop(key, None)  # due now: an earlier wake-up than any pending one
         if key not in self._processing:
-            self._ready.append(key)
-            self._wakeup.set()
+            self._enqueue(key)
 
     def add_after(self, key: K, seconds: float) -> None:
         if seconds <= 0:
@@ -89,8 +109,8 @@ class WorkQueue(Generic[K]):
             if self._shut:
                 raise ShutDown()
             next_due = self._promote_due()
-            if self._ready:
-                key = self._ready.popleft()
+            if self._ready or self._urgent:
+                key = self._pop()
                 self._dirty.discard(key)
                 self._processing.add(key)
                 return key
@@ -103,8 +123,7 @@ class WorkQueue(Generic[K]):
     def done(self, key: K) -> None:
         self._processing.discard(key)
         if key in self._dirty and not self._shut:
-            self._ready.append(key)
-            self._wakeup.set()
+            self._enqueue(key)
 
     def shut_down(self) -> None:
         self._shut = True
