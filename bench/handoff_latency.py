@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from kubernetes import client, config  # noqa: E402
 
-from harness.baton import free_port  # noqa: E402
+from harness.baton import free_port, wait_established  # noqa: E402
 
 NS = "bench"
 POLL = 0.02
@@ -133,9 +133,7 @@ def main() -> int:
         core, apps, custom = client.CoreV1Api(), client.AppsV1Api(), client.CustomObjectsApi()
         kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
         subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(kubectl + ["wait", "--for=condition=established", "--timeout=120s", "crd/toolruntimes.baton.dev",
-                                  "crd/toolruntimeclaims.baton.dev"], check=True,
-                       stdout=subprocess.DEVNULL)
+        wait_established(client.ApiClient())
         core.create_namespace({"metadata": {"name": NS}})
         wait(lambda: bool(core.list_namespaced_service_account(NS).items), 30, "default SA")
         health = free_port()

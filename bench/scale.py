@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from kubernetes import client, config  # noqa: E402
 
-from harness.baton import free_port  # noqa: E402
+from harness.baton import free_port, wait_established  # noqa: E402
 
 NS_B, NS_D = "scale-baton", "scale-deploy"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -116,9 +116,7 @@ def main() -> int:
         core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
         kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
         subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(kubectl + ["wait", "--for=condition=established", "--timeout=120s", "crd/toolruntimes.baton.dev",
-                                  "crd/toolruntimeclaims.baton.dev"], check=True,
-                       stdout=subprocess.DEVNULL)
+        wait_established(client.ApiClient())
         for ns in (NS_B, NS_D):
             core.create_namespace({"metadata": {"name": ns}})
         metrics_ports = []

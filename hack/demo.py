@@ -103,8 +103,12 @@ def main() -> int:
         crd = sh("helm", "template", "baton", str(ROOT / "charts" / "baton"), "--show-only", "templates/crd.yaml",
                  "--show-only", "templates/crd-toolruntimeclaims.yaml", "--kube-version", kube, show=False)
         sh("kubectl", "apply", "-f", "-", stdin=crd)
-        sh("kubectl", "wait", "--for=condition=established", "crd/toolruntimes.baton.dev",
-           "crd/toolruntimeclaims.baton.dev", "--timeout=30s")
+        # Not `kubectl wait --for=condition=established`: it fails at once ("accessor error")
+        # when it looks before the API server has written any condition.
+        wait("both CRDs Established", lambda: sh(
+            "kubectl", "get", "crd", "toolruntimes.baton.dev", "toolruntimeclaims.baton.dev", "-o",
+            'jsonpath={range .items[*]}{.status.conditions[?(@.type=="Established")].status}{" "}{end}',
+            show=False, check=False).split() == ["True", "True"])
         sh("kubectl", "create", "namespace", NS)
         print("\n== running the operator (python -m baton), log in .baton/demo/operator.log")
         # Free ports: another checkout's demo or test run may be using fixed ones.

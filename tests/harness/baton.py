@@ -38,11 +38,25 @@ def free_port() -> int:
 CLAIM_CRD = ROOT / "crds" / "baton.dev_toolruntimeclaims.yaml"
 
 
+CRD_NAMES = ("toolruntimes.baton.dev", "toolruntimeclaims.baton.dev")
+
+
 def install_crd(cluster: Any) -> None:
     """Both CRDs: ToolRuntime and ToolRuntimeClaim (the operator watches both)."""
     cluster.kubectl("apply", "-f", str(CRD), "-f", str(CLAIM_CRD))
-    cluster.kubectl("wait", "--for=condition=established", "--timeout=30s",
-                    "crd/toolruntimes.baton.dev", "crd/toolruntimeclaims.baton.dev")
+    wait_established(cluster.api_client)
+
+
+def wait_established(api: client.ApiClient, names: tuple[str, ...] = CRD_NAMES, timeout: float = 60) -> None:
+    """Until each CRD reports Established=True. (`kubectl wait --for=condition=established` fails
+    at once, "accessor error: <nil>", when it looks before the CRD has any status condition.)"""
+    ext = client.ApiextensionsV1Api(api)
+
+    def established(name: str) -> bool:
+        conds = ext.read_custom_resource_definition(name).status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conds)
+    for name in names:
+        wait_for(lambda n=name: established(n), timeout=timeout, what=f"CRD {name} Established")  # type: ignore[misc]
 
 
 class OperatorProcess:
