@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
@@ -49,9 +50,9 @@ DEFAULT_NAME = "baton"
 # Debian packages the route needs on the host; --no-install-recommends keeps netavark out
 # (podman runs with the CNI backend and a network config of this run, below).
 APT_PACKAGES = ["podman", "buildah", "mmdebstrap", "containernetworking-plugins", "iptables",
-                "gcc", "libc6-dev", "golang-github-containers-common", "crun", "conmon",
+                "runc", "gcc", "libc6-dev", "golang-github-containers-common", "conmon",
                 "fuse-overlayfs"]
-COMMANDS = ["podman", "buildah", "mmdebstrap", "iptables", "gcc"]
+COMMANDS = ["podman", "buildah", "mmdebstrap", "iptables", "runc", "gcc"]
 IPTABLES_TABLES = ["filter", "nat", "mangle", "raw"]
 
 
@@ -214,6 +215,9 @@ def podman_env(state: Path, network_dir: Path | None = None) -> dict[str, str]:
     conf = ("[containers]\n"
             f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc=32768:32768"]\n'
             "[engine]\n"
+            # crun refuses this hybrid cgroup v1 layout; runc runs it. No systemd on the host.
+            'runtime = "runc"\n'
+            'cgroup_manager = "cgroupfs"\n'
             f'tmp_dir = "{storage / "libpod-tmp"}"\n'
             f'volume_path = "{storage / "volumes"}"\n'
             "[network]\n"
@@ -335,7 +339,7 @@ def _remove_new_chains(before: dict[str, list[str]], nft_before: list[str]) -> N
         rules = subprocess.run(["iptables", "-w", "5", "-t", t, "-S"], capture_output=True,
                                text=True, timeout=30).stdout.splitlines()
         for rule in rules:
-            words = rule.split()
+            words = shlex.split(rule)  # comments are quoted
             if words[:1] == ["-A"] and "-j" in words and words[words.index("-j") + 1] in new \
                     and words[1] not in new:
                 run("iptables", "-w", "5", "-t", t, "-D", *words[1:])
