@@ -56,6 +56,7 @@ class Handler(BaseHTTPRequestHandler):
             with lock:
                 busy = in_flight
             self.answer(503 if busy else 200, f"in-flight {busy}")
+            log(f"idle {503 if busy else 200} in-flight={busy}")
         elif url.path == "/work":
             seconds = min(float(parse_qs(url.query).get("seconds", ["1"])[0]), 300.0)
             with lock:
