@@ -75,8 +75,9 @@ def versions() -> dict[str, str]:
 
 def run(*argv: str | Path, env: dict[str, str] | None = None, timeout: float = 600,
         check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+    # Uncaptured output goes to stderr: stdout of `hack/kind.py up` is the kubeconfig path only.
     proc = subprocess.run([str(a) for a in argv], env=env, text=True, timeout=timeout,
-                          capture_output=capture)
+                          capture_output=capture, stdout=None if capture else sys.stderr)
     if check and proc.returncode != 0:
         raise KindError(f"{' '.join(map(str, argv))} exited {proc.returncode}:\n"
                         f"{(proc.stdout or '')[-2000:]}\n{(proc.stderr or '')[-2000:]}")
