@@ -7,6 +7,9 @@
     hack/kind.py build                           only the builds (tools, node image), cached
     hack/kind.py images                          build the operator and tool-server images
     hack/kind.py check                           exit 0 if kind can run here, else print why (3)
+    hack/kind.py prebuild                        where kind can run: build, images; else say why
+                                                (exit 0): `make test` runs it before pytest so
+                                                that no test's timeout pays for a cold build
 
 Needs root. Every build is cached outside the work tree under ~/.cache/baton (BATON_KIND_CACHE),
 keyed by the content of its inputs: the Go tools by hack/build-tools.sh, the node image by
@@ -528,7 +531,7 @@ def load_archive(kind: Path, name: str, archive: Path, env: dict[str, str]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["up", "down", "build", "images", "check"])
+    ap.add_argument("command", choices=["up", "down", "build", "images", "check", "prebuild"])
     ap.add_argument("--dir", type=Path, default=REPO / ".baton")
     ap.add_argument("--name", default=DEFAULT_NAME)
     a = ap.parse_args(argv)
@@ -539,7 +542,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(why)
                 return 3
             return 0
-        if a.command == "build":
+        if a.command == "prebuild":
+            why = why_not()
+            if why:
+                log(f"not building the kind route: {why} (tests/e2e will be skipped, saying so)")
+                return 0
+            t0 = time.monotonic()
+            build()
+            app_images()
+            log(f"kind route built in {time.monotonic() - t0:.0f}s (cached: ~/.cache/baton)")
+        elif a.command == "build":
             print(build().node_archive)
         elif a.command == "images":
             imgs = app_images()

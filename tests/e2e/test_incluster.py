@@ -325,6 +325,7 @@ def test_operator_pod_deleted_mid_handoff_the_other_replica_finishes(
             time.sleep(0.2)
         rts.wait_ready("tool", 2, timeout=5)
         assert_request_completed(rts, "tool")
+        wait_for(lambda: op_watch.deleted(draining), timeout=120, what=f"operator pod {draining} gone")
     finally:
         watch.stop()
         op_watch.stop()

@@ -118,12 +118,13 @@ find "$root/lib/systemd/system/sysinit.target.wants/" -name systemd-tmpfiles-set
 echo "ReadKMsg=no" >> "$root/etc/systemd/journald.conf"
 ln -sf /usr/lib/systemd/systemd "$root/sbin/init"
 chroot "$root" systemctl enable kubelet.service containerd.service undo-mount-hacks.service \
-  baton-import-images.service >/dev/null 2>&1
-chroot "$root" systemctl mask systemd-binfmt.service >/dev/null 2>&1
+  baton-import-images.service
+chroot "$root" systemctl mask systemd-binfmt.service
 rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"*
 
 log "node image $image"
-tar --numeric-owner -C "$root" -cf "$work/rootfs.tar" .
+# /dev is the runtime's to fill (podman mounts it); no device nodes in the image.
+tar --numeric-owner --exclude="./dev/*" -C "$root" -cf "$work/rootfs.tar" .
 rm -rf "$root"
 # systemd stops on SIGRTMIN+3 (SIGTERM makes it re-execute); `container` tells it where it runs.
 save_image "$image" "$work/rootfs.tar" "$out/node.tar.part" --env container=docker \
