@@ -203,6 +203,7 @@ class build_storage:
 
     def __exit__(self, *exc: object) -> None:
         remove_storage(self.d)
+        shutil.rmtree(self.d, ignore_errors=True)
 
 
 def podman_env(state: Path, network_dir: Path | None = None) -> dict[str, str]:
