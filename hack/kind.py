@@ -92,7 +92,9 @@ def digest(*parts: str | bytes | Path) -> str:
     h = hashlib.sha256()
     for p in parts:
         if isinstance(p, Path):
-            files = sorted(f for f in p.rglob("*") if f.is_file() and "__pycache__" not in f.parts
+            # What .dockerignore leaves out (bytecode, an editable install's egg-info) is no input.
+            files = sorted(f for f in p.rglob("*") if f.is_file() and not any(
+                part == "__pycache__" or part.endswith(".egg-info") for part in f.parts)
                            ) if p.is_dir() else [p]
             for f in files:
                 h.update(str(f.relative_to(REPO) if f.is_relative_to(REPO) else f).encode())
