@@ -28,7 +28,7 @@ Fixtures
     leftover only warns). The namespace controller holds each deletion 5 s, hence the batching.
 ``kwok_nodes``
     Skips the test unless the cluster has the kwok nodes of the local plane.
-``kind_cluster`` (session scope, lazy) and ``kind_namespace`` (function scope)
+``kind_cluster`` (module scope, lazy) and ``kind_namespace`` (function scope)
     A kind cluster (a ``Cluster`` with ``.kind`` set: how images are loaded into it) and a fresh
     namespace in it, whatever ``BATON_TEST_BACKEND`` says (it is ``cluster`` itself when that is
     ``kind``): tests/e2e uses them, so ``make test`` runs the local plane for everything else and
@@ -109,7 +109,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.stop()
 
 
-@pytest.fixture(scope="session")
+# Module scope: the cluster (a node with its own control plane) is deleted, and the host
+# restored, as soon as the module that asked for it is done, not after the whole suite.
+@pytest.fixture(scope="module")
 def kind_cluster(request: pytest.FixtureRequest,
                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     import os
@@ -129,7 +131,7 @@ def kind_cluster(request: pytest.FixtureRequest,
         c.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def _kind_namespace_reaper(kind_cluster: Cluster) -> Iterator[list[str]]:
     pending: list[str] = []
     yield pending
