@@ -91,13 +91,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     import os
 
     backend = os.environ.get("BATON_TEST_BACKEND", "local") or "local"
-    work = tmp_path_factory.mktemp(f"cluster-{backend}")
-    try:
-        c = start(backend, work)
-    except BackendUnavailable as e:
-        pytest.skip(str(e))
-    except BackendRefused as e:
-        pytest.fail(str(e), pytrace=False)
+    c = _start_or_skip(backend, tmp_path_factory)
     mp = pytest.MonkeyPatch()
     mp.setenv("KUBECONFIG", c.kubeconfig)
     for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
@@ -119,23 +113,26 @@ def kind_cluster(request: pytest.FixtureRequest,
     if (os.environ.get("BATON_TEST_BACKEND", "local") or "local") == "kind":
         yield request.getfixturevalue("cluster")
         return
-    try:
-        c = start("kind", tmp_path_factory.mktemp("cluster-kind"))
-    except BackendUnavailable as e:
-        pytest.skip(str(e))
-    except BackendRefused as e:
-        pytest.fail(str(e), pytrace=False)
+    c = _start_or_skip("kind", tmp_path_factory)
     try:
         yield c
     finally:
         c.stop()
 
 
+def _start_or_skip(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    """The backend's cluster; a skip saying why where it cannot run, an error where refused."""
+    try:
+        return start(backend, tmp_path_factory.mktemp(f"cluster-{backend}"))
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    except BackendRefused as e:
+        pytest.fail(str(e), pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def _kind_namespace_reaper(kind_cluster: Cluster) -> Iterator[list[str]]:
-    pending: list[str] = []
-    yield pending
-    _await_deleted(kind_cluster, pending)
+    yield from _reaping(kind_cluster)
 
 
 @pytest.fixture
@@ -163,6 +160,10 @@ def _namespace_reaper(cluster: Cluster) -> Iterator[list[str]]:
     The namespace controller holds every deletion for 5 s (a constant in its code); waiting
     once for all of them instead of after each test saves those seconds per test.
     """
+    yield from _reaping(cluster)
+
+
+def _reaping(cluster: Cluster) -> Iterator[list[str]]:
     pending: list[str] = []
     yield pending
     _await_deleted(cluster, pending)

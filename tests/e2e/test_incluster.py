@@ -33,6 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from harness import baton
 from harness.chart import CHART, adopt_crd, classify_denials
 from harness.cluster import Cluster, load_kind_module
+from harness.scenarios import read_or_none
 from harness.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,7 +185,7 @@ def started_at(watch: baton.PodWatch, runtime: str, generation: int) -> Any:
 
 
 def service_ip(rts: baton.Runtimes, name: str) -> str:
-    svc = wait_for(lambda: _or_none(lambda: rts.core.read_namespaced_service(name, rts.ns)),
+    svc = wait_for(lambda: read_or_none(lambda: rts.core.read_namespaced_service(name, rts.ns)),
                    timeout=30, what=f"Service {name}")
     ip = str(svc.spec.cluster_ip)
     assert ipaddress.ip_address(ip) in CLUSTER_NET, f"ClusterIP {ip} outside {CLUSTER_NET}"
@@ -199,15 +200,6 @@ def slice_addresses(cluster: Cluster, ns: str, service: str) -> set[str]:
         for ep in s.endpoints or []:
             out.update(ep.addresses or [])
     return out
-
-
-def _or_none(read: Any) -> Any:
-    try:
-        return read()
-    except ApiException as e:
-        if e.status == 404:
-            return None
-        raise
 
 
 def start_in_flight(cluster: Cluster, rts: baton.Runtimes, name: str, image: str,
@@ -304,7 +296,7 @@ def test_operator_pod_deleted_mid_handoff_the_other_replica_finishes(
     core = client.CoreV1Api(kind_cluster.api_client)
 
     def holder() -> str | None:
-        lease = _or_none(lambda: coord.read_namespaced_lease("baton-tool", kind_namespace))
+        lease = read_or_none(lambda: coord.read_namespaced_lease("baton-tool", kind_namespace))
         return lease.spec.holder_identity if lease is not None else None
 
     try:

@@ -41,14 +41,24 @@ class BackendRefused(Exception):
     """The backend was asked for in a way the harness refuses (becomes a test error)."""
 
 
-def load_plane_module() -> ModuleType:
-    """hack/cluster.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("baton_hack_cluster", REPO / "hack" / "cluster.py")
+def _load_hack_module(name: str) -> ModuleType:
+    """hack/<name>.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location(f"baton_hack_{name}", REPO / "hack" / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("baton_hack_cluster", mod)
+    sys.modules.setdefault(f"baton_hack_{name}", mod)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_plane_module() -> ModuleType:
+    """hack/cluster.py (the local plane), imported as a module."""
+    return _load_hack_module("cluster")
+
+
+def load_kind_module() -> ModuleType:
+    """hack/kind.py (kind with podman), imported as a module."""
+    return _load_hack_module("kind")
 
 
 @dataclass
@@ -188,16 +198,6 @@ def _docker_works() -> str | None:
     if proc.returncode != 0:
         return f"`docker info` failed: {proc.stderr.strip()[:200]}"
     return None
-
-
-def load_kind_module() -> ModuleType:
-    """hack/kind.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("baton_hack_kind", REPO / "hack" / "kind.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("baton_hack_kind", mod)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @dataclass
