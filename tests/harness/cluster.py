@@ -247,7 +247,7 @@ def _start_kind_podman(work: Path, name: str, kubeconfig: Path,
     plane = load_kind_module()
     why = plane.why_not()
     if why:
-        raise BackendUnavailable(f"BATON_TEST_BACKEND=kind: {why}")
+        raise BackendUnavailable(f"kind cannot run here: {why}")
     try:
         built = plane.build()
     except plane.KindError as e:
