@@ -190,6 +190,7 @@ def build() -> Built:
                 run("bash", KIND_DIR / "node" / "build.sh", out, cp_bin, kind_bin, image,
                     env=env, timeout=3600, capture=False)
             log(f"node image built in {time.monotonic() - t0:.0f}s")
+            prune(CACHE.glob("kind-node-*"), keep=out)
     return Built(kind_bin=kind_bin, node_archive=archive, node_image=image)
 
 
@@ -514,7 +515,17 @@ def app_images() -> AppImages:
                 run(*common, "-f", TOOLSERVER / "Containerfile", "-t", result.toolserver,
                     TOOLSERVER, env=env, timeout=600)
                 _save(result.toolserver, result.toolserver_archive, env)
+        prune(out.glob("*.tar"), keep=result.operator_archive, also_keep=result.toolserver_archive)
     return result
+
+
+def prune(paths: Iterator[Path], keep: Path, also_keep: Path | None = None) -> None:
+    """Remove the cached builds of older inputs (each is hundreds of MB): the cache holds the
+    current key of each build only."""
+    for p in paths:
+        if p not in (keep, also_keep):
+            log(f"removing the outdated {p}")
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def _save(image: str, archive: Path, env: dict[str, str]) -> None:
