@@ -8,7 +8,7 @@
 #   hack/build-tools.sh --print-kind-dir  print the kind set's bin dir only if built (exit 3 if not)
 #   hack/build-tools.sh --print-tool NAME print the path of one tool (etcd, kube-apiserver, kwok,
 #                                         helm, promtool, prometheus...) only if built (exit 3 if not)
-# Two cache directories under ${BATON_TOOLS_CACHE:-~/.cache/baton/k8s}:
+# Cache directories under ${BATON_TOOLS_CACHE:-~/.cache/baton/k8s}:
 #   <k8s version>-<key>/bin     etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
 #                               kwok, helm; key: hash of versions.env *above* its "own cache key"
 #                               marker line, plus RECIPE
