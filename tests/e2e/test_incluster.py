@@ -33,7 +33,7 @@ from kubernetes.client.exceptions import ApiException
 from harness import baton
 from harness.chart import CHART, adopt_crd, classify_denials
 from harness.cluster import Cluster, load_kind_module
-from harness.scenarios import read_or_none
+from harness.scenarios import cleanup_failure_scenario, read_or_none
 from harness.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,11 +106,12 @@ def operator_pods(cluster: Cluster, ns: str | None = None) -> list[Any]:
     return list(pods.items)
 
 
-def tool_manifest(name: str, image: str, *, grace: int = 10, ignore_sigterm: bool = False) -> dict[str, Any]:
+def tool_manifest(name: str, image: str, *, grace: int = 10, ignore_sigterm: bool = False,
+                  budgets: dict[str, int] | None = None) -> dict[str, Any]:
     m = baton.runtime_manifest(
         name, image=image, service=True,
         budgets={"connectSeconds": 120, "drainSeconds": 40, "terminationGraceSeconds": grace,
-                 "cleanupSeconds": grace + 60},
+                 "cleanupSeconds": grace + 60, **(budgets or {})},
         drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1})
     [c] = m["spec"]["template"]["spec"]["containers"]
     env = [{"name": "VERSION", "value": "1"}]
@@ -361,6 +362,22 @@ def test_tool_ignoring_sigterm_is_killed_at_its_grace(
     assert [h["outcome"] for h in st["history"]] == ["Retired"]
     cf = next(c for c in st["conditions"] if c["type"] == "CleanupFailed")
     assert cf["status"] == "False", cf
+
+
+def test_cleanup_failure_is_held_until_a_force_recovery(
+        kind_cluster: Cluster, release: str, images: Images, kind_namespace: str) -> None:
+    """Invariant 5 with a real kubelet: generation 1's container exits on SIGTERM, but a
+    finalizer keeps its pod Terminating past cleanupSeconds: CleanupFailed is held and no
+    generation 2 starts until a force recovery names generation 1."""
+    rts = baton.Runtimes(kind_cluster.api_client, kind_namespace)
+    watch = baton.PodWatch(kind_cluster.api_client, kind_namespace)
+    try:
+        cleanup_failure_scenario(
+            rts, watch, None, change=bump_version, ready_timeout=180,
+            manifest=lambda name, budgets=None: tool_manifest(name, images.toolserver, grace=2,
+                                                              budgets=budgets))
+    finally:
+        watch.stop()
 
 
 def test_operator_logs_show_no_rbac_denials(kind_cluster: Cluster, release: str) -> None:
