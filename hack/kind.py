@@ -22,7 +22,7 @@ DIR/kind/ (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF: nothing in /var/lib/contain
 network's bridge `baton-kind0` on 198.18.0.0/24 (RFC 2544 test range) with ipMasq false and no
 default route in the node; the iptables chains podman's port mapping adds (127.0.0.1 -> the API
 server in the node); net.ipv4.ip_forward (the bridge plugin turns it on); /lib/modules (kind
-bind-mounts it; this kernel has none). Traffic goes only to 127.0.0.0/8 and into those namespaces.
+bind-mounts it; this kernel has none) and /var/lib/containers (a blob-info cache), if it made them. Traffic goes only to 127.0.0.0/8 and into those namespaces.
 """
 from __future__ import annotations
 
@@ -57,6 +57,8 @@ APT_PACKAGES = ["podman", "buildah", "mmdebstrap", "containernetworking-plugins"
                 "fuse-overlayfs"]
 COMMANDS = ["podman", "buildah", "mmdebstrap", "iptables", "runc", "gcc"]
 IPTABLES_TABLES = ["filter", "nat", "mangle", "raw"]
+# containers/image keeps a blob-info cache here whatever the storage configuration says.
+VAR_CONTAINERS = Path("/var/lib/containers")
 
 
 class KindError(Exception):
@@ -200,6 +202,7 @@ class build_storage:
 
     def __init__(self, d: Path) -> None:
         self.d = d / "build-state"
+        self.var_created = not VAR_CONTAINERS.exists()
 
     def __enter__(self) -> dict[str, str]:
         return podman_env(self.d)
@@ -207,6 +210,8 @@ class build_storage:
     def __exit__(self, *exc: object) -> None:
         remove_storage(self.d)
         shutil.rmtree(self.d, ignore_errors=True)
+        if self.var_created:
+            shutil.rmtree(VAR_CONTAINERS, ignore_errors=True)
 
 
 def podman_env(state: Path, network_dir: Path | None = None) -> dict[str, str]:
@@ -279,6 +284,7 @@ def prepare_host(state: Path) -> dict[str, str]:
     record = {
         "ip_forward": Path("/proc/sys/net/ipv4/ip_forward").read_text().strip(),
         "lib_modules_created": not Path("/lib/modules").exists(),
+        "var_containers_created": not VAR_CONTAINERS.exists(),
         "chains": _chains(),
         "nft_tables": _nft_tables(),
     }
@@ -328,6 +334,8 @@ def restore_host(state: Path) -> list[str]:
         record["ip_forward"]))
     if record["lib_modules_created"]:
         step("/lib/modules", lambda: Path("/lib/modules").rmdir())
+    if record.get("var_containers_created"):
+        step(str(VAR_CONTAINERS), lambda: shutil.rmtree(VAR_CONTAINERS))
     for p in ("cni", "cni-ipam", "containers.conf", "storage.conf"):
         step(p, lambda p=p: shutil.rmtree(state / p) if (state / p).is_dir()
              else (state / p).unlink(missing_ok=True))
