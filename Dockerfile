@@ -11,6 +11,11 @@ ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm@sha256:637774748f62b832dc11e7b286e4
 
 # --- build: the package and its dependencies into a venv at /opt/baton ----------------------
 FROM ${PYTHON_IMAGE} AS build
+# Unset by default: pip uses PyPI. Where a build cannot reach PyPI (hack/kind.py builds offline
+# with buildah), PIP_NO_INDEX=1 and PIP_FIND_LINKS=<a wheelhouse mounted into the build> install
+# the same hash-checked files (pip reads both from the environment; ARGs are in it for RUN).
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 WORKDIR /src
 COPY hack/image-install.sh /src/hack/image-install.sh
 COPY requirements/image.lock /src/requirements/image.lock

@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools cluster-up cluster-down test test-unit test-integration lint demo bench bench-scale
+.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -35,8 +35,17 @@ cluster-up: $(PY_DEPS) tools ## start the local control plane; prints $(CLUSTER_
 cluster-down: ## stop the local control plane started by cluster-up
 	@python3 hack/cluster.py down --dir $(CLUSTER_DIR)
 
-test: $(PY_DEPS) tools lint ## lint, then all tests (unit, integration against a fresh local plane)
+kind-up: $(PY_DEPS) tools ## a one-node kind cluster with podman (root; builds once into ~/.cache/baton); prints $(CLUSTER_DIR)/kind-kubeconfig
+	@$(PY) hack/kind.py up --dir $(CLUSTER_DIR)
+
+kind-down: ## delete the kind cluster and undo every host change kind-up made (network, iptables, ip_forward, /lib/modules)
+	@python3 hack/kind.py down --dir $(CLUSTER_DIR)
+
+test: $(PY_DEPS) tools lint kind-build ## lint, then all tests (unit, integration against a fresh local plane, tests/e2e on kind)
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+kind-build: $(PY_DEPS) ## build the kind route's tools and images (cached) where it runs (root); else say why
+	@$(PY) hack/kind.py prebuild
 
 lint: $(PY_DEPS) ## mypy (strict) and import-linter layering contracts
 	PY=$(PY) bash hack/lint.sh

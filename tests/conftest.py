@@ -28,6 +28,12 @@ Fixtures
     leftover only warns). The namespace controller holds each deletion 5 s, hence the batching.
 ``kwok_nodes``
     Skips the test unless the cluster has the kwok nodes of the local plane.
+``kind_cluster`` (module scope, lazy) and ``kind_namespace`` (function scope)
+    A kind cluster (a ``Cluster`` with ``.kind`` set: how images are loaded into it) and a fresh
+    namespace in it, whatever ``BATON_TEST_BACKEND`` says (it is ``cluster`` itself when that is
+    ``kind``): tests/e2e uses them, so ``make test`` runs the local plane for everything else and
+    kind for those. Skipped with the reason where kind cannot run (not root, podman does not start;
+    docs/kind.md).
 
 Pods on the local plane (kwok plays their kubelet, see hack/kwok/)
 -----------------------------------------------------------------
@@ -60,7 +66,7 @@ from harness.cluster import BackendRefused, BackendUnavailable, Cluster, start
 from harness.wait import wait_for
 
 TESTS = Path(__file__).resolve().parent
-CLUSTER_FIXTURES = {"cluster", "namespace", "kwok_nodes"}
+CLUSTER_FIXTURES = {"cluster", "namespace", "kwok_nodes", "kind_cluster", "kind_namespace"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -85,13 +91,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     import os
 
     backend = os.environ.get("BATON_TEST_BACKEND", "local") or "local"
-    work = tmp_path_factory.mktemp(f"cluster-{backend}")
-    try:
-        c = start(backend, work)
-    except BackendUnavailable as e:
-        pytest.skip(str(e))
-    except BackendRefused as e:
-        pytest.fail(str(e), pytrace=False)
+    c = _start_or_skip(backend, tmp_path_factory)
     mp = pytest.MonkeyPatch()
     mp.setenv("KUBECONFIG", c.kubeconfig)
     for var in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
@@ -101,6 +101,44 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     finally:
         mp.undo()
         c.stop()
+
+
+# Module scope: the cluster (a node with its own control plane) is deleted, and the host
+# restored, as soon as the module that asked for it is done, not after the whole suite.
+@pytest.fixture(scope="module")
+def kind_cluster(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    import os
+
+    if (os.environ.get("BATON_TEST_BACKEND", "local") or "local") == "kind":
+        yield request.getfixturevalue("cluster")
+        return
+    c = _start_or_skip("kind", tmp_path_factory)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _start_or_skip(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Cluster:
+    """The backend's cluster; a skip saying why where it cannot run, an error where refused."""
+    try:
+        return start(backend, tmp_path_factory.mktemp(f"cluster-{backend}"))
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    except BackendRefused as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def _kind_namespace_reaper(kind_cluster: Cluster) -> Iterator[list[str]]:
+    yield from _reaping(kind_cluster)
+
+
+@pytest.fixture
+def kind_namespace(kind_cluster: Cluster, _kind_namespace_reaper: list[str],
+                   request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from _fresh_namespace(kind_cluster, _kind_namespace_reaper, request)
 
 
 @pytest.fixture
@@ -122,6 +160,10 @@ def _namespace_reaper(cluster: Cluster) -> Iterator[list[str]]:
     The namespace controller holds every deletion for 5 s (a constant in its code); waiting
     once for all of them instead of after each test saves those seconds per test.
     """
+    yield from _reaping(cluster)
+
+
+def _reaping(cluster: Cluster) -> Iterator[list[str]]:
     pending: list[str] = []
     yield pending
     _await_deleted(cluster, pending)
@@ -130,6 +172,11 @@ def _namespace_reaper(cluster: Cluster) -> Iterator[list[str]]:
 @pytest.fixture
 def namespace(cluster: Cluster, _namespace_reaper: list[str],
               request: pytest.FixtureRequest) -> Iterator[str]:
+    yield from _fresh_namespace(cluster, _namespace_reaper, request)
+
+
+def _fresh_namespace(cluster: Cluster, reaper: list[str],
+                     request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(cluster.api_client)
     name = _namespace_name(request.node.name)
     core.create_namespace({"metadata": {"name": name, "labels": {"baton.dev/test": "true"}}})
@@ -138,7 +185,7 @@ def namespace(cluster: Cluster, _namespace_reaper: list[str],
         yield name
     finally:
         if _request_deletion(cluster, name):
-            _namespace_reaper.append(name)
+            reaper.append(name)
 
 
 def _has_default_sa(core: client.CoreV1Api, ns: str) -> bool:

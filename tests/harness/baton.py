@@ -156,6 +156,11 @@ class PodEvent:
     created: Any
     node: str | None
     labels: dict[str, str] = field(default_factory=dict)
+    # What a real kubelet reports (kind): state per container (running.startedAt,
+    # terminated.finishedAt/exitCode), the pod IP, the deletion timestamp.
+    container_states: dict[str, Any] = field(default_factory=dict)
+    pod_ip: str | None = None
+    deletion_timestamp: Any = None
 
     def of(self, runtime: str) -> bool:
         """A pod of `runtime`: its name (every generation's pod has it), an older version's
@@ -204,7 +209,12 @@ class PodWatch:
                             deleting=pod.metadata.deletion_timestamp is not None,
                             annotations=dict(pod.metadata.annotations or {}),
                             created=pod.metadata.creation_timestamp,
-                            node=pod.spec.node_name, labels=dict(labels)))
+                            node=pod.spec.node_name, labels=dict(labels),
+                            container_states={c.name: c.state for c in
+                                              (pod.status.container_statuses or [])}
+                            if pod.status else {},
+                            pod_ip=pod.status.pod_ip if pod.status else None,
+                            deletion_timestamp=pod.metadata.deletion_timestamp))
                     if self._stop.is_set():
                         break
             except ApiException as e:

@@ -2,7 +2,10 @@
 
 - `local` (default): hack/cluster.py starts a fresh control plane in a temporary directory for
   the test session and stops it at the end. It never reuses .baton/ from `make cluster-up`.
-- `kind`: a kind cluster through pytest-kind, where a Docker engine answers; skipped otherwise.
+- `kind`: a kind cluster through pytest-kind (docs/kind.md). Where a Docker engine answers: kind's
+  default node image. Elsewhere (these machines): podman as kind's provider, as root, with the
+  node image hack/kind.py builds and its host changes undone at the end; skipped with the reason
+  where that cannot run (not root, podman does not start).
 - `existing`: the cluster of the kubeconfig named by BATON_TEST_KUBECONFIG (required: the ambient
   KUBECONFIG and ~/.kube/config are never used).
 
@@ -38,14 +41,24 @@ class BackendRefused(Exception):
     """The backend was asked for in a way the harness refuses (becomes a test error)."""
 
 
-def load_plane_module() -> ModuleType:
-    """hack/cluster.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location("baton_hack_cluster", REPO / "hack" / "cluster.py")
+def _load_hack_module(name: str) -> ModuleType:
+    """hack/<name>.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location(f"baton_hack_{name}", REPO / "hack" / f"{name}.py")
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("baton_hack_cluster", mod)
+    sys.modules.setdefault(f"baton_hack_{name}", mod)
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_plane_module() -> ModuleType:
+    """hack/cluster.py (the local plane), imported as a module."""
+    return _load_hack_module("cluster")
+
+
+def load_kind_module() -> ModuleType:
+    """hack/kind.py (kind with podman), imported as a module."""
+    return _load_hack_module("kind")
 
 
 @dataclass
@@ -57,6 +70,7 @@ class Cluster:
     env: dict[str, str]       # environment for subprocesses: KUBECONFIG, PATH, HELM_* set
     has_kwok_nodes: bool      # kwok-a and kwok-loop exist (the local plane)
     logs_dir: str | None = None
+    kind: "KindRoute | None" = None   # the kind backend: how to load images into it
     _stop: Callable[[], None] | None = field(default=None, repr=False)
 
     # -- tokens and clients
@@ -186,29 +200,89 @@ def _docker_works() -> str | None:
     return None
 
 
+@dataclass
+class KindRoute:
+    """How images reach the kind cluster: Docker (`kind load docker-image`) or podman (archives
+    built by hack/kind.py, `kind load image-archive`)."""
+    name: str
+    kind: Path                # the kind binary
+    env: dict[str, str]       # KIND_EXPERIMENTAL_PROVIDER, CONTAINERS_CONF, ... (podman)
+    docker: bool
+
+
 def start_kind(work: Path) -> Cluster:
-    why = _docker_works()
-    if why:
-        raise BackendUnavailable(f"BATON_TEST_BACKEND=kind needs a working Docker engine: {why}")
     try:
         from pytest_kind import KindCluster  # type: ignore[import-not-found]
     except ImportError as e:
         raise BackendUnavailable(
-            "BATON_TEST_BACKEND=kind needs pytest-kind: pip install -e '.[kind]'") from e
+            "BATON_TEST_BACKEND=kind needs pytest-kind (in the test extras: pip install -e '.[test]')") from e
+    name = os.environ.get("BATON_TEST_KIND_NAME", "baton-test")
     kubeconfig = work / "kind-kubeconfig"
-    kind = KindCluster(name=os.environ.get("BATON_TEST_KIND_NAME", "baton-test"),
-                       kubeconfig=kubeconfig)
-    kind.create()
     k8s_bin = None
     try:
         k8s_bin = load_plane_module().find_bin_dir()
     except Exception:  # noqa: BLE001 - helm from PATH then
         pass
+    if _docker_works() is None:
+        # Docker: kind's default node image and CNI; pytest-kind fetches kind and kubectl.
+        kind = KindCluster(name=name, kubeconfig=kubeconfig)
+        kind.create()
+        route = KindRoute(name, Path(kind.kind_path), dict(os.environ), docker=True)
+        stop: Callable[[], None] = kind.delete
+    else:
+        kind, route, stop = _start_kind_podman(work, name, kubeconfig, KindCluster)
     try:
-        return _finish("kind", str(kind.kubeconfig_path), work, k8s_bin, kind.delete)
+        c = _finish("kind", str(kind.kubeconfig_path), work, k8s_bin, stop)
+        c.kind = route
+        return c
     except BaseException:
-        kind.delete()
+        stop()
         raise
+
+
+def _start_kind_podman(work: Path, name: str, kubeconfig: Path,
+                       KindCluster: Any) -> tuple[Any, KindRoute, Callable[[], None]]:
+    """podman as kind's provider (hack/kind.py): build (cached), prepare the host, create the
+    cluster with the project's config and the built node image; stop undoes all of it."""
+    plane = load_kind_module()
+    why = plane.why_not()
+    if why:
+        raise BackendUnavailable(f"kind cannot run here: {why}")
+    try:
+        built = plane.build()
+    except plane.KindError as e:
+        raise BackendRefused(f"kind: the build failed: {e}") from e
+    state = work / "kind"
+    env = plane.prepare_host(state)
+    # pytest-kind runs kind with this process's environment.
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    kubectl = Path(sys.executable).parent / "kubectl"
+    kind = KindCluster(name=name, kubeconfig=kubeconfig, image=built.node_image,
+                       kind_path=built.kind, kubectl_path=kubectl)
+
+    def stop() -> None:
+        try:
+            subprocess.run([str(built.kind), "delete", "cluster", f"--name={name}"], env=env,
+                           capture_output=True, timeout=180)
+        finally:
+            errors = plane.restore_host(state)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if errors:
+                raise RuntimeError("kind: could not undo every host change:\n" + "\n".join(errors))
+
+    try:
+        plane.load_node_image(built, env)
+        kind.create(config_file=plane.CLUSTER_CONFIG)
+        plane.wait_node_ready(str(kubectl), kubeconfig)
+    except BaseException:
+        stop()
+        raise
+    return kind, KindRoute(name, built.kind, env, docker=False), stop
 
 
 def start_existing(work: Path) -> Cluster:

@@ -16,7 +16,7 @@ from harness.wait import stays, wait_for
 Manifest = Callable[..., dict[str, Any]]
 
 
-def _read_or_none(read: Callable[[], Any]) -> Any:
+def read_or_none(read: Callable[[], Any]) -> Any:
     try:
         return read()
     except ApiException as e:
@@ -39,7 +39,7 @@ def handoff_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch, op: baton.O
     rts.create(manifest("mcp", service=True))
     st1 = rts.wait_ready("mcp", 1, timeout=first_ready_timeout)
     g1_uid = st1["current"]["uid"]
-    svc = wait_for(lambda: _read_or_none(lambda: rts.core.read_namespaced_service("mcp", rts.ns)),
+    svc = wait_for(lambda: read_or_none(lambda: rts.core.read_namespaced_service("mcp", rts.ns)),
                    timeout=15, what="Service mcp")
     assert svc.spec.selector == {"baton.dev/runtime": "mcp", "baton.dev/serving": "true"}
     change(rts, "mcp")
@@ -64,8 +64,8 @@ def handoff_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch, op: baton.O
             print(op.log_tail(30))
         raise
     coord = client.CoordinationV1Api(rts.api)
-    wait_for(lambda: _read_or_none(lambda: coord.read_namespaced_lease("baton-mcp", rts.ns)) is None
-             and _read_or_none(lambda: rts.core.read_namespaced_service("mcp", rts.ns)) is None,
+    wait_for(lambda: read_or_none(lambda: coord.read_namespaced_lease("baton-mcp", rts.ns)) is None
+             and read_or_none(lambda: rts.core.read_namespaced_service("mcp", rts.ns)) is None,
              timeout=15, what="Lease and Service of mcp removed")
 
 
