@@ -155,12 +155,12 @@ class Ordering:
         self.runtimes_log = baton.WatchLog(self.cluster.api_client, self.ns, "toolruntimes")
         self.leases_log = baton.WatchLog(self.cluster.api_client, self.ns, "leases")
         try:
-            for r in REPLICAS:
+            for r in REPLICAS:  # side by side: each takes seconds to import and list
                 self._launch(r)
-            for op in self.ops.values():
-                op.wait_healthy()
             for name in RUNTIMES:
                 self.rts.create(baton.runtime_manifest(name, service=True, budgets=BUDGETS))
+            for op in self.ops.values():
+                op.wait_healthy()
             for name in RUNTIMES:
                 self.rts.wait_ready(name, 1, timeout=30)
             self.log("3 runtimes at generation 1")
