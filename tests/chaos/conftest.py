@@ -41,5 +41,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     tr.write_line(f"wall time per ordering: mean {statistics.mean(walls):.1f}s, "
                   f"median {statistics.median(walls):.1f}s, max {walls[-1]:.1f}s, "
                   f"total {sum(walls):.0f}s")
+    phases = {k: statistics.mean(r.phases.get(k, 0.0) for r in RESULTS)
+              for k in ("setup", "actions", "converge", "check")}
+    tr.write_line("mean per phase: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
     for r in bad:
         tr.write_line(r.report())

@@ -158,8 +158,32 @@ class PodEvent:
                 or self.labels.get("baton.dev/runtime") == runtime)
 
 
+class Watching:
+    """A watch log's thread: started by `_start`, running `_run` until `halt()` or `stop()`."""
+
+    def _start(self, what: str) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise AssertionError(f"{what} watch did not start")
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def halt(self) -> None:
+        """Ask the thread to end (it does within one watch timeout); `stop()` waits for it."""
+        self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 @dataclass
-class PodWatch:
+class PodWatch(Watching):
     """Every pod event of a namespace, in the API server's order, received by one watch."""
 
     api: client.ApiClient
@@ -167,13 +191,7 @@ class PodWatch:
     events: list[PodEvent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise AssertionError("pod watch did not start")
+        self._start("pod")
 
     def _run(self) -> None:
         core = client.CoreV1Api(self.api)
@@ -197,10 +215,6 @@ class PodWatch:
         # A partial keeps the method's return type, which the watch uses to decode objects.
         follow(functools.partial(core.list_namespaced_pod, self.namespace),
                lambda items: str(items.metadata.resource_version), record, self._stop, self._ready)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
     def snapshot(self) -> list[PodEvent]:
         with self._lock:
@@ -261,7 +275,7 @@ def follow(list_call: Callable[..., Any], list_rv: Callable[[Any], str],
     while not stop.is_set() and time.monotonic() < deadline:
         w = watch.Watch()
         try:
-            for ev in w.stream(list_call, resource_version=rv, timeout_seconds=5,
+            for ev in w.stream(list_call, resource_version=rv, timeout_seconds=2,
                                allow_watch_bookmarks=False):
                 rv = record(ev)
                 if stop.is_set():
@@ -276,7 +290,7 @@ def follow(list_call: Callable[..., Any], list_rv: Callable[[Any], str],
 
 
 @dataclass
-class WatchLog:
+class WatchLog(Watching):
     """Every event of one kind of object in a namespace, in the API server's order, as plain
     dicts: ``(type, resourceVersion, object)``. `kind` is "toolruntimes" or "leases"."""
 
@@ -286,13 +300,7 @@ class WatchLog:
     events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise AssertionError(f"{self.kind} watch did not start")
+        self._start(self.kind)
 
     def _run(self) -> None:
         if self.kind == "toolruntimes":
@@ -321,10 +329,6 @@ class WatchLog:
             return rv
 
         follow(list_call, list_rv, record, self._stop, self._ready)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
     def snapshot(self) -> list[tuple[str, int, dict[str, Any]]]:
         with self._lock:

@@ -108,9 +108,12 @@ class Result:
     done: list[str] = field(default_factory=list)   # what each action found and did
     violations: list[str] = field(default_factory=list)
     wall: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: setup, actions, converge, check
 
     def report(self) -> str:
-        lines = [f"seed {self.seed}: {len(self.violations)} violation(s); replay: {replay_hint(self.seed)}"]
+        took = ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items())
+        lines = [f"seed {self.seed}: {len(self.violations)} violation(s) in {self.wall:.1f}s ({took}); "
+                 f"replay: {replay_hint(self.seed)}"]
         lines += [f"  VIOLATION {v}" for v in self.violations]
         lines.append("actions:")
         lines += [f"  {i:2d}. {a}" for i, a in enumerate(self.actions, 1)]
@@ -164,22 +167,32 @@ class Ordering:
             for name in RUNTIMES:
                 self.rts.wait_ready(name, 1, timeout=30)
             self.log("3 runtimes at generation 1")
+            self._phase("setup", t0)
             for i, a in enumerate(self.result.actions, 1):
                 time.sleep(a.gap)
                 self.log(f"{i:2d}. {a.kind} {a.target}: {self._act(a)}")
+            self._phase("actions", t0)
             self._release_all()
             self._converge()
             self._catch_up()
+            self._phase("converge", t0)
             self.result.violations += check(self)
+            self._phase("check", t0)
         finally:
             self.result.wall = time.monotonic() - t0
             for r, stopped_at in list(self.stopped.items()):
                 self.ops[r].signal(signal.SIGCONT)
                 del self.stopped[r]
             self.proxy.stop()
+            self.runtimes_log.halt()
+            self.leases_log.halt()
+            self.pods.halt()  # the fixture's stop() then waits for it
             self.runtimes_log.stop()
             self.leases_log.stop()
         return self.result
+
+    def _phase(self, name: str, t0: float) -> None:
+        self.result.phases[name] = time.monotonic() - t0 - sum(self.result.phases.values())
 
     def _launch(self, replica: str) -> None:
         self.incarnation[replica] += 1
