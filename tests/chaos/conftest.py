@@ -44,5 +44,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     phases = {k: statistics.mean(r.phases.get(k, 0.0) for r in RESULTS)
               for k in ("setup", "actions", "converge", "check")}
     tr.write_line("mean per phase: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
+    noted = [r for r in RESULTS if r.notes]
+    if noted:
+        tr.write_line(f"orderings with notes: {len(noted)}")
+        for r in noted:
+            tr.write_line(f"  seed {r.seed}: " + "; ".join(r.notes))
     for r in bad:
         tr.write_line(r.report())
