@@ -62,5 +62,6 @@ test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integra
 
 ORDERINGS ?= 50
 SEED ?= 1
+CHAOS_RESULTS ?= .chaos-results.jsonl
 chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane (make chaos ORDERINGS=500 SEED=1)
-	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(SEED) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(SEED) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)

@@ -4,6 +4,8 @@ status. A failure prints the seed, the action list and what each action did; rep
 `make chaos SEED=<seed> ORDERINGS=1`."""
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,5 +21,11 @@ def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
         result = ordering.run()
     finally:
         chaos.RESULTS.append(ordering.result)
+        out = os.environ.get("BATON_CHAOS_RESULTS")  # one JSON line per ordering, as it ends
+        if out:
+            r = ordering.result
+            with open(out, "a") as f:
+                f.write(json.dumps({"seed": r.seed, "wall": round(r.wall, 2), "phases": r.phases,
+                                    "violations": r.violations, "notes": r.notes}) + "\n")
     print(result.report())
     assert not result.violations, result.report()
