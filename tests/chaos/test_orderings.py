@@ -26,6 +26,6 @@ def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
             r = ordering.result
             with open(out, "a") as f:
                 f.write(json.dumps({"seed": r.seed, "wall": round(r.wall, 2), "phases": r.phases,
-                                    "violations": r.violations, "notes": r.notes}) + "\n")
+                                    "violations": r.violations, "notes": r.notes, "done": r.done}) + "\n")
     print(result.report())
     assert not result.violations, result.report()
