@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale
+.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -68,3 +68,9 @@ test-unit: $(PY_DEPS) ## unit tests only (no cluster)
 
 test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integration`)
 	$(PY) -m pytest tests $(PYTEST_ARGS) -m integration
+
+ORDERINGS ?= 50
+SEED ?= 1
+CHAOS_RESULTS ?= .chaos-results.jsonl
+chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane (make chaos ORDERINGS=500 SEED=1)
+	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(SEED) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)

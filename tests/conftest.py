@@ -74,8 +74,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         rel = Path(str(item.path)).resolve().relative_to(TESTS).parts if str(item.path).startswith(
             str(TESTS)) else ()
         top = rel[0] if rel else ""
-        if top in ("integration", "e2e"):
+        if top in ("integration", "e2e", "chaos"):
             item.add_marker(pytest.mark.integration)
+        if top == "chaos":
+            item.add_marker(pytest.mark.chaos)
         if top == "e2e":
             item.add_marker(pytest.mark.e2e)
         if top == "unit":

@@ -311,6 +311,16 @@ class Executor:
                           action.status.fencing_token, text, extra={"runtime": f"{ns}/{name}"})
                 self.drop(key)
                 raise Aborted("fenced out by the API server") from exc
+            if exc.status == 404 and key in self.held:
+                # The runtime is gone: its deletion finished (Lease deleted, then the finalizer)
+                # while this replica's view still had it, and the Lease was just created again
+                # for it. Delete that one Lease (by UID) rather than leave it to the garbage
+                # collector (found by tests/chaos seed 1).
+                held = self.held.get(key)
+                uid = ((held.last if held else None) or {}).get("metadata", {}).get("uid")
+                self.drop(key)
+                await leases.delete_lease(ns, mf.lease_name(name), uid=uid)
+                raise Aborted("the runtime is gone: the Lease taken for it deleted") from exc
             raise
 
     async def _fault_delay(self, action: p.WriteStatus, key: tuple[str, str]) -> bool:

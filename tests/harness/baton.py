@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -17,7 +18,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
@@ -85,10 +86,17 @@ class OperatorProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "OperatorProcess":
+        return self.launch().wait_healthy()
+
+    def launch(self) -> "OperatorProcess":
+        """Start the process without waiting for it (several replicas start side by side)."""
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "baton"], env=self.env,
                                      stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT)
-        wait_for(self.healthy, timeout=30, what=f"operator {self.identity} /healthz",
+        return self
+
+    def wait_healthy(self, timeout: float = 30) -> "OperatorProcess":
+        wait_for(self.healthy, timeout=timeout, what=f"operator {self.identity} /healthz",
                  ignore=(OSError,))
         return self
 
@@ -169,8 +177,32 @@ class PodEvent:
                 or self.labels.get("baton.dev/runtime") == runtime)
 
 
+class Watching:
+    """A watch log's thread: started by `_start`, running `_run` until `halt()` or `stop()`."""
+
+    def _start(self, what: str) -> None:
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise AssertionError(f"{what} watch did not start")
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def halt(self) -> None:
+        """Ask the thread to end (it does within one watch timeout); `stop()` waits for it."""
+        self._stop.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 @dataclass
-class PodWatch:
+class PodWatch(Watching):
     """Every pod event of a namespace, in the API server's order, received by one watch."""
 
     api: client.ApiClient
@@ -178,56 +210,34 @@ class PodWatch:
     events: list[PodEvent] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise AssertionError("pod watch did not start")
+        self._start("pod")
 
     def _run(self) -> None:
         core = client.CoreV1Api(self.api)
-        rv = core.list_namespaced_pod(self.namespace).metadata.resource_version
-        self._ready.set()
-        # Bounded: the watch ends when the test stops it, or after an hour at most.
-        deadline = time.monotonic() + 3600
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            w = watch.Watch()
-            try:
-                for ev in w.stream(core.list_namespaced_pod, self.namespace, resource_version=rv,
-                                   timeout_seconds=5, allow_watch_bookmarks=False):
-                    pod = ev["object"]
-                    rv = pod.metadata.resource_version
-                    labels = pod.metadata.labels or {}
-                    gen = labels.get("baton.dev/generation")
-                    with self._lock:
-                        self.events.append(PodEvent(
-                            type=ev["type"], name=pod.metadata.name, uid=pod.metadata.uid,
-                            generation=int(gen) if gen and gen.isdigit() else None,
-                            resource_version=int(rv), received=time.monotonic(),
-                            deleting=pod.metadata.deletion_timestamp is not None,
-                            annotations=dict(pod.metadata.annotations or {}),
-                            created=pod.metadata.creation_timestamp,
-                            node=pod.spec.node_name, labels=dict(labels),
-                            container_states={c.name: c.state for c in
-                                              (pod.status.container_statuses or [])}
-                            if pod.status else {},
-                            pod_ip=pod.status.pod_ip if pod.status else None,
-                            deletion_timestamp=pod.metadata.deletion_timestamp))
-                    if self._stop.is_set():
-                        break
-            except ApiException as e:
-                if e.status == 410:  # too old: relist
-                    rv = core.list_namespaced_pod(self.namespace).metadata.resource_version
-                else:
-                    time.sleep(0.5)
-            except Exception:
-                time.sleep(0.5)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        def record(ev: dict[str, Any]) -> str:
+            pod = ev["object"]
+            rv = str(pod.metadata.resource_version)
+            labels = pod.metadata.labels or {}
+            gen = labels.get("baton.dev/generation")
+            with self._lock:
+                self.events.append(PodEvent(
+                    type=ev["type"], name=pod.metadata.name, uid=pod.metadata.uid,
+                    generation=int(gen) if gen and gen.isdigit() else None,
+                    resource_version=int(rv), received=time.monotonic(),
+                    deleting=pod.metadata.deletion_timestamp is not None,
+                    annotations=dict(pod.metadata.annotations or {}),
+                    created=pod.metadata.creation_timestamp,
+                    node=pod.spec.node_name, labels=dict(labels),
+                    container_states={c.name: c.state for c in (pod.status.container_statuses or [])}
+                    if pod.status else {},
+                    pod_ip=pod.status.pod_ip if pod.status else None,
+                    deletion_timestamp=pod.metadata.deletion_timestamp))
+            return rv
+
+        # A partial keeps the method's return type, which the watch uses to decode objects.
+        follow(functools.partial(core.list_namespaced_pod, self.namespace),
+               lambda items: str(items.metadata.resource_version), record, self._stop, self._ready)
 
     def snapshot(self) -> list[PodEvent]:
         with self._lock:
@@ -273,6 +283,79 @@ class PodWatch:
         known = [g for g in gens if g is not None]
         assert known == sorted(known) and len(set(known)) == len(known), f"generations not increasing: {gens}"
         return gens
+
+
+
+def follow(list_call: Callable[..., Any], list_rv: Callable[[Any], str],
+           record: Callable[[dict[str, Any]], str], stop: threading.Event,
+           ready: threading.Event, max_seconds: float = 3600) -> None:
+    """Watch what `list_call` lists, from the resourceVersion of a first list, handing each
+    event to `record` (which returns the event's resourceVersion) in the API server's order,
+    until `stop` is set (bounded: `max_seconds` at most). A 410 (too old) relists."""
+    rv = list_rv(list_call())
+    ready.set()
+    deadline = time.monotonic() + max_seconds
+    while not stop.is_set() and time.monotonic() < deadline:
+        w = watch.Watch()
+        try:
+            for ev in w.stream(list_call, resource_version=rv, timeout_seconds=2,
+                               allow_watch_bookmarks=False):
+                rv = record(ev)
+                if stop.is_set():
+                    break
+        except ApiException as e:
+            if e.status == 410:  # too old: relist
+                rv = list_rv(list_call())
+            else:
+                time.sleep(0.5)
+        except Exception:
+            time.sleep(0.5)
+
+
+@dataclass
+class WatchLog(Watching):
+    """Every event of one kind of object in a namespace, in the API server's order, as plain
+    dicts: ``(type, resourceVersion, object)``. `kind` is "toolruntimes" or "leases"."""
+
+    api: client.ApiClient
+    namespace: str
+    kind: str
+    events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._start(self.kind)
+
+    def _run(self) -> None:
+        if self.kind == "toolruntimes":
+            custom = client.CustomObjectsApi(self.api)
+            list_call: Callable[..., Any] = functools.partial(
+                custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL)
+
+            def list_rv(items: Any) -> str:
+                return str(items["metadata"]["resourceVersion"])
+        elif self.kind == "leases":
+            coord = client.CoordinationV1Api(self.api)
+            list_call = functools.partial(coord.list_namespaced_lease, self.namespace)
+
+            def list_rv(items: Any) -> str:
+                return str(items.metadata.resource_version)
+        else:
+            raise ValueError(self.kind)
+
+        def record(ev: dict[str, Any]) -> str:
+            obj = ev["object"]
+            if not isinstance(obj, dict):
+                obj = self.api.sanitize_for_serialization(obj)
+            rv = str(obj["metadata"]["resourceVersion"])
+            with self._lock:
+                self.events.append((ev["type"], int(rv), obj))
+            return rv
+
+        follow(list_call, list_rv, record, self._stop, self._ready)
+
+    def snapshot(self) -> list[tuple[str, int, dict[str, Any]]]:
+        with self._lock:
+            return list(self.events)
 
 
 def runtime_manifest(name: str, *, image: str = "example/tool:1", budgets: dict[str, int] | None = None,

@@ -271,6 +271,17 @@ def test_reset_mid_transition_is_recorded_then_refused_after_lock_seconds() -> N
                                          Rec(M.STALE_VERBS, (("verb", "reset"),))], 0)
 
 
+def test_a_recorded_reset_refused_once_idle_leaves_no_pending_reset() -> None:
+    """A reset recorded mid-transition and refused as stale once the transition ended (its
+    annotation removed without the Lease): the next pass clears status.pendingReset under the
+    Lease, so a later reset of the same value waits its full lockSeconds (seed 2 of tests/chaos)."""
+    left = b.status(pending_reset=st.PendingReset(value="3", since=at(-60)))
+    check_plan(decide(b.observed(status_=left), NOW), [WS({"pending_reset": None})], 0)
+    check_plan(decide(b.observed(status_=left, lease=b.lease_free()), NOW), [p.AcquireLease(6)], 0)
+    still = b.observed(status_=left, annotations={RESET: "3"}, lease=b.lease_free())
+    assert not decide(still, NOW).find(p.WriteStatus)
+
+
 def test_drain_probe_error_is_named_when_the_drain_budget_ends() -> None:
     t = b.transition(S.DRAINING, deadline=0.0)
     o = b.observed(status_=b.in_flight(t), pods=(OLD_QUIET,), desired_hash=b.HASH2, spec_=b.spec(probe=True),

@@ -138,9 +138,11 @@ async def release_lease(*, namespace: str, name: str, identity: str, last: dict[
                        change=lambda spec: {**spec, "holderIdentity": None, "renewTime": None, "acquireTime": None})
 
 
-async def delete_lease(namespace: str, name: str) -> None:
+async def delete_lease(namespace: str, name: str, uid: str | None = None) -> None:
+    """Delete the Lease; with `uid`, exactly that object (a precondition), never a successor."""
     try:
-        await client.leases().request("DELETE", _path(namespace, name))
+        await client.leases().request("DELETE", _path(namespace, name),
+                                      body={"preconditions": {"uid": uid}} if uid else None)
     except api.ApiError as exc:
-        if exc.status != 404:
+        if exc.status != 404 and not (uid and exc.status == 409):
             raise

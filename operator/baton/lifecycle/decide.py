@@ -642,6 +642,10 @@ def _holds(status: st.ToolRuntimeStatus, kind: st.ConditionType) -> bool:
 
 def _steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
     status = o.status
+    if status.pending_reset is not None and status.pending_reset.value != o.annotations.get(mf.ANN_RESET):
+        # The reset it recorded was refused or consumed once the transition had ended: a wait left
+        # behind would shorten the wait of a later reset with the same value (found by tests/chaos).
+        status = status.model_copy(update={"pending_reset": None})
     current = status.current
     if (status.pending is not None or _holds(status, C.UPDATE_PENDING)) and (
             current is None or current.template_hash == o.desired_hash):

@@ -1,0 +1,53 @@
+"""Seeded fault orderings (harness.chaos). The operator fixtures are those of tests/integration
+(harness.fixtures); the summary of every ordering run is printed at the end of the session."""
+from __future__ import annotations
+
+import os
+import statistics
+from typing import Any
+
+import pytest
+
+from harness.chaos import RESULTS
+from harness.fixtures import crd, operators, pod_watch, pytest_runtest_makereport, rts
+
+__all__ = ["crd", "operators", "pod_watch", "pytest_runtest_makereport", "rts"]
+
+CI_SEEDS = (1, 2, 3)  # what `make test` runs; `make chaos ORDERINGS=N SEED=S` runs S .. S+N-1
+
+
+def seeds() -> list[int]:
+    n = os.environ.get("BATON_CHAOS_ORDERINGS")
+    if not n:
+        return list(CI_SEEDS)
+    first = int(os.environ.get("BATON_CHAOS_SEED") or "1")
+    return list(range(first, first + int(n)))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "seed" in metafunc.fixturenames:
+        metafunc.parametrize("seed", seeds(), ids=lambda s: f"seed{s}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not RESULTS:
+        return
+    walls = sorted(r.wall for r in RESULTS)
+    bad = [r for r in RESULTS if r.violations]
+    tr = terminalreporter
+    tr.section("seeded fault orderings")
+    tr.write_line(f"orderings run: {len(RESULTS)}, with violations: {len(bad)}"
+                  + (f" (seeds {[r.seed for r in bad]})" if bad else ""))
+    tr.write_line(f"wall time per ordering: mean {statistics.mean(walls):.1f}s, "
+                  f"median {statistics.median(walls):.1f}s, max {walls[-1]:.1f}s, "
+                  f"total {sum(walls):.0f}s")
+    phases = {k: statistics.mean(r.phases.get(k, 0.0) for r in RESULTS)
+              for k in ("setup", "actions", "converge", "check")}
+    tr.write_line("mean per phase: " + ", ".join(f"{k} {v:.1f}s" for k, v in phases.items()))
+    noted = [r for r in RESULTS if r.notes]
+    if noted:
+        tr.write_line(f"orderings with notes: {len(noted)}")
+        for r in noted:
+            tr.write_line(f"  seed {r.seed}: " + "; ".join(r.notes))
+    for r in bad:
+        tr.write_line(r.report())

@@ -1,0 +1,583 @@
+"""Seeded fault orderings on the real local plane (issue 13, part 2; tests/chaos/).
+
+One ordering: three runtimes, three operator replicas (op-b talks to the API server through the
+forwarding proxy), a sequence of 15-25 actions drawn from a seed, each after a short random gap;
+then every fault is released, convergence is awaited (bounded), and the invariants are checked
+on what the API server itself recorded: the watch logs of pods, ToolRuntimes and Leases (each in
+resourceVersion order, one watch per kind) and the final objects.
+
+`actions(seed)` depends on the seed only, so a violation replays with the same action list
+(`make chaos SEED=<seed> ORDERINGS=1`). What each action finds when it runs (the current
+generation, whether a pod is stuck) depends on timing: the log of what was done is printed too.
+
+Everything is bounded and loopback-only: operator processes are killed and reaped by the
+`operators` fixture (SIGCONT first), the proxy listens on 127.0.0.1, the namespace is deleted.
+"""
+from __future__ import annotations
+
+import random
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from harness import apiproxy, baton
+from harness.wait import WaitTimeout, wait_for
+
+RUNTIMES = ("alpha", "beta", "gamma")
+REPLICAS = ("a", "b", "c")
+PROXIED = "b"  # this replica's requests go through the forwarding proxy (delayed creates)
+LEASE_SECONDS = 4
+BUDGETS = {"lockSeconds": 5, "connectSeconds": 5, "drainSeconds": 2, "terminationGraceSeconds": 1,
+           "cleanupSeconds": 4}
+HOLD = "chaos.baton.dev/hold"  # the finalizer that makes a pod stuck
+CONVERGE_SECONDS = 90
+GC_SECONDS = 20
+RESULTS: list["Result"] = []  # every ordering run in this session (tests/chaos/conftest.py sums them up)
+
+# kind: (weight, what it targets)
+KINDS: dict[str, tuple[float, str]] = {
+    "template": (4, "runtime"),
+    "reset": (2, "runtime"),
+    "reset-stale": (1.5, "runtime"),
+    "suspend": (1, "runtime"),
+    "resume": (1, "runtime"),
+    "stick": (3, "runtime"),
+    "unstick": (0.5, "runtime"),
+    "force": (2, "runtime"),
+    "force-stale": (1, "runtime"),
+    "sigkill": (1, "replica"),
+    "sigstop": (1, "replica"),
+    "sigcont": (1, "replica"),
+    "hold-create": (1, ""),
+    "release-create": (1, ""),
+    "delete": (1, "runtime"),
+}
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str
+    target: str
+    gap: float  # seconds slept before it
+
+    def __str__(self) -> str:
+        return f"+{self.gap:.2f}s {self.kind}{' ' + self.target if self.target else ''}"
+
+
+def actions(seed: int) -> list[Action]:
+    """The ordering of `seed`: 15-25 actions, each after a gap of 0.1-1.0 s. At most one runtime
+    is deleted (the others keep going)."""
+    rng = random.Random(seed)
+    kinds = list(KINDS)
+    out: list[Action] = []
+    deleted = False
+    for _ in range(rng.randint(15, 25)):
+        kind = rng.choices(kinds, weights=[KINDS[k][0] for k in kinds])[0]
+        if kind == "delete" and deleted:
+            kind = "template"
+        deleted = deleted or kind == "delete"
+        what = KINDS[kind][1]
+        target = rng.choice(RUNTIMES) if what == "runtime" else rng.choice(REPLICAS) if what else ""
+        out.append(Action(kind, target, round(rng.uniform(0.1, 1.0), 2)))
+    return out
+
+
+def replay_hint(seed: int) -> str:
+    return f"make chaos SEED={seed} ORDERINGS=1"
+
+
+@dataclass
+class Verb:
+    """A verb annotation this run wrote: `intent` is "current" (named the generation it was
+    meant for, when written) or "stale" (0 or an already retired generation)."""
+
+    runtime: str
+    key: str
+    value: int
+    intent: str
+
+
+@dataclass
+class Result:
+    seed: int
+    actions: list[Action]
+    done: list[str] = field(default_factory=list)   # what each action found and did
+    violations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # seen, allowed, worth knowing
+    wall: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # seconds: setup, actions, converge, check
+
+    def report(self) -> str:
+        took = ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items())
+        lines = [f"seed {self.seed}: {len(self.violations)} violation(s) in {self.wall:.1f}s ({took}); "
+                 f"replay: {replay_hint(self.seed)}"]
+        lines += [f"  VIOLATION {v}" for v in self.violations]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines.append("actions:")
+        lines += [f"  {i:2d}. {a}" for i, a in enumerate(self.actions, 1)]
+        lines.append("what they did:")
+        lines += [f"  {d}" for d in self.done]
+        return "\n".join(lines)
+
+
+Start = Callable[..., baton.OperatorProcess]
+
+
+class Ordering:
+    """Runs one ordering in `namespace` with the fixtures' `operators` factory and `rts`."""
+
+    def __init__(self, seed: int, *, cluster: Any, namespace: str, workdir: Path, operators: Start,
+                 rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        self.seed, self.ns, self.cluster = seed, namespace, cluster
+        self.rng = random.Random(f"exec-{seed}")  # choices made while running (stale values)
+        self.result = Result(seed, actions(seed))
+        self.workdir, self.start_op, self.rts, self.pods = workdir, operators, rts, pod_watch
+        self.core = rts.core
+        self.coord = client.CoordinationV1Api(cluster.api_client)
+        self.verbs: list[Verb] = []
+        self.deleted: set[str] = set()
+        self.ops: dict[str, baton.OperatorProcess] = {}
+        self.incarnation: dict[str, int] = {r: 0 for r in REPLICAS}
+        self.stopped: dict[str, float] = {}
+        self.holding = False
+        self.images = 1
+        self.t0 = time.monotonic()
+
+    def log(self, text: str) -> None:
+        self.result.done.append(f"{time.monotonic() - self.t0:6.2f}s {text}")
+
+    # -- running
+
+    def run(self) -> Result:
+        t0 = time.monotonic()
+        proxy_dir = self.workdir / "proxy"
+        proxy_dir.mkdir(exist_ok=True)
+        self.proxy = apiproxy.ApiProxy(self.cluster.kubeconfig, proxy_dir).start()
+        self.runtimes_log = baton.WatchLog(self.cluster.api_client, self.ns, "toolruntimes")
+        self.leases_log = baton.WatchLog(self.cluster.api_client, self.ns, "leases")
+        try:
+            for r in REPLICAS:  # side by side: each takes seconds to import and list
+                self._launch(r)
+            for name in RUNTIMES:
+                self.rts.create(baton.runtime_manifest(name, service=True, budgets=BUDGETS))
+            for op in self.ops.values():
+                op.wait_healthy()
+            for name in RUNTIMES:
+                self.rts.wait_ready(name, 1, timeout=30)
+            self.log("3 runtimes at generation 1")
+            self._phase("setup", t0)
+            for i, a in enumerate(self.result.actions, 1):
+                time.sleep(a.gap)
+                self.log(f"{i:2d}. {a.kind} {a.target}: {self._act(a)}")
+            self._phase("actions", t0)
+            self._release_all()
+            self._converge()
+            self._catch_up()
+            self._phase("converge", t0)
+            self.result.violations += check(self)
+            self._phase("check", t0)
+        finally:
+            self.result.wall = time.monotonic() - t0
+            for r, stopped_at in list(self.stopped.items()):
+                self.ops[r].signal(signal.SIGCONT)
+                del self.stopped[r]
+            self.proxy.stop()
+            self.runtimes_log.halt()
+            self.leases_log.halt()
+            self.pods.halt()  # the fixture's stop() then waits for it
+            self.runtimes_log.stop()
+            self.leases_log.stop()
+        return self.result
+
+    def _phase(self, name: str, t0: float) -> None:
+        self.result.phases[name] = time.monotonic() - t0 - sum(self.result.phases.values())
+
+    def _launch(self, replica: str) -> None:
+        self.incarnation[replica] += 1
+        identity = f"op-{replica}{self.incarnation[replica]}"
+        op = self.start_op(identity, env={"BATON_LEASE_SECONDS": str(LEASE_SECONDS)},
+                           kubeconfig=self.proxy.kubeconfig if replica == PROXIED else None, wait=False)
+        self.ops[replica] = op.launch()
+
+    def _act(self, a: Action) -> str:
+        if KINDS[a.kind][1] == "runtime" and a.target in self.deleted:
+            return "skipped: runtime deleted"
+        method = getattr(self, "_" + a.kind.replace("-", "_"))
+        return str(method(a.target) if a.target else method())
+
+    def _status(self, rt: str) -> dict[str, Any]:
+        return self.rts.status(rt)
+
+    def _annotation(self, rt: str, key: str) -> str | None:
+        return (self.rts.get(rt)["metadata"].get("annotations") or {}).get(key)
+
+    def _write_verb(self, rt: str, key: str, value: int, intent: str) -> str:
+        # Only this run writes verbs, and never over one still pending: each value written is
+        # one the operator sees (and must consume), so each can be checked.
+        if self._annotation(rt, key) is not None:
+            return f"skipped: {key} still pending"
+        self.rts.annotate(rt, key, str(value))
+        self.verbs.append(Verb(rt, key, value, intent))
+        return f"{key}={value} ({intent})"
+
+    def _stale_value(self, rt: str) -> int:
+        retired = [int(h["generation"]) for h in self._status(rt).get("history") or []]
+        return self.rng.choice([0, *retired])
+
+    def _template(self, rt: str) -> str:
+        self.images += 1
+        self.rts.set_image(rt, f"example/tool:{self.images}")
+        return f"image example/tool:{self.images}"
+
+    def _reset(self, rt: str) -> str:
+        cur = (self._status(rt).get("current") or {}).get("generation")
+        if cur is None:
+            return "skipped: no current generation"
+        return self._write_verb(rt, "baton.dev/reset", int(cur), "current")
+
+    def _reset_stale(self, rt: str) -> str:
+        return self._write_verb(rt, "baton.dev/reset", self._stale_value(rt), "stale")
+
+    def _suspend(self, rt: str) -> str:
+        self.rts.patch(rt, {"spec": {"suspend": True}})
+        return "suspend: true"
+
+    def _resume(self, rt: str) -> str:
+        self.rts.patch(rt, {"spec": {"suspend": False}})
+        return "suspend: false"
+
+    def _stick(self, rt: str) -> str:
+        pod = self.rts.pod(rt)
+        if pod is None or pod.metadata.deletion_timestamp is not None:
+            return "skipped: no standing pod"
+        try:
+            self.core.patch_namespaced_pod(rt, self.ns, {"metadata": {
+                "finalizers": [*(pod.metadata.finalizers or []), HOLD],
+                "resourceVersion": pod.metadata.resource_version}})
+        except ApiException as e:
+            if e.status in (404, 409, 422):
+                return f"skipped: {e.status}"
+            raise
+        return f"finalizer on {pod.metadata.uid} (g{(pod.metadata.labels or {}).get('baton.dev/generation')})"
+
+    def _unstick(self, rt: str) -> str:
+        pod = self.rts.pod(rt)
+        if pod is None or HOLD not in (pod.metadata.finalizers or []):
+            return "skipped: not stuck"
+        return self._drop_hold(pod)
+
+    def _drop_hold(self, pod: Any) -> str:
+        rest = [f for f in pod.metadata.finalizers or [] if f != HOLD]
+        try:
+            self.core.patch_namespaced_pod(pod.metadata.name, self.ns, {"metadata": {
+                "finalizers": rest or None, "resourceVersion": pod.metadata.resource_version}})
+        except ApiException as e:
+            if e.status in (404, 409):  # gone, or changed: the caller looks again
+                return f"not released: {e.status}"
+            raise
+        return f"finalizer removed from {pod.metadata.uid}"
+
+    def _cleanup_failed(self, rt: str) -> int | None:
+        st = self._status(rt)
+        cf = next((c for c in st.get("conditions") or [] if c["type"] == "CleanupFailed"), {})
+        if cf.get("status") == "True" and st.get("lastCleanupFailure"):
+            return int(st["lastCleanupFailure"]["generation"])
+        return None
+
+    def _force(self, rt: str) -> str:
+        failed = self._cleanup_failed(rt)
+        pod = self.rts.pod(rt)
+        if failed is None and pod is not None and HOLD in (pod.metadata.finalizers or []) and (
+                pod.metadata.deletion_timestamp is not None or self._status(rt).get("transition")):
+            # A stuck pod being retired, on its way to CleanupFailed: wait for it (bounded by
+            # the budgets of the steps left).
+            budget = BUDGETS["drainSeconds"] + BUDGETS["terminationGraceSeconds"] + BUDGETS["cleanupSeconds"] + 4
+            try:
+                failed = wait_for(lambda: self._cleanup_failed(rt), timeout=budget,
+                                  what=f"CleanupFailed of {rt}", interval=0.25)
+            except WaitTimeout:
+                failed = None
+        if failed is None:
+            return "skipped: no cleanup failure"
+        return self._write_verb(rt, "baton.dev/force-recovery", failed, "current")
+
+    def _force_stale(self, rt: str) -> str:
+        return self._write_verb(rt, "baton.dev/force-recovery", self._stale_value(rt), "stale")
+
+    def _sigkill(self, r: str) -> str:
+        op = self.ops[r]
+        op.signal(signal.SIGKILL)
+        op.wait_exit(10)
+        self.stopped.pop(r, None)
+        self._launch(r)
+        return f"killed {op.identity}, started {self.ops[r].identity}"
+
+    def _sigstop(self, r: str) -> str:
+        if r in self.stopped:
+            return "skipped: stopped already"
+        self.ops[r].signal(signal.SIGSTOP)
+        self.stopped[r] = time.monotonic()
+        return f"stopped {self.ops[r].identity}"
+
+    def _sigcont(self, r: str) -> str:
+        if r not in self.stopped:
+            return "skipped: not stopped"
+        # Past the Lease: another replica may have taken over what it held.
+        time.sleep(max(0.0, self.stopped[r] + LEASE_SECONDS + 1 - time.monotonic()))
+        self.ops[r].signal(signal.SIGCONT)
+        del self.stopped[r]
+        return f"continued {self.ops[r].identity} after {LEASE_SECONDS + 1}s or more"
+
+    def _hold_create(self) -> str:
+        if self.holding:
+            return "skipped: holding already"
+        self.proxy.hold(apiproxy.matching(method="POST", path=rf"/api/v1/namespaces/{self.ns}/pods"))
+        self.holding = True
+        return f"holding op-{PROXIED}'s pod creates in the proxy"
+
+    def _release_create(self) -> str:
+        if not self.holding:
+            return "skipped: not holding"
+        self.holding = False
+        released = self.proxy.release(timeout=20)
+        return "released " + (", ".join(f"POST -> {e.status}" for e in released) or "nothing")
+
+    def _delete(self, rt: str) -> str:
+        self.rts.delete(rt)
+        self.deleted.add(rt)
+        return "runtime deleted"
+
+    # -- after the actions
+
+    def _release_all(self) -> None:
+        for r in list(self.stopped):
+            self.log(f"release: {self._sigcont(r)}")
+        if self.holding:
+            self.log(f"release: {self._release_create()}")
+        for name in RUNTIMES:
+            if name not in self.deleted:
+                self._resume(name)
+        for op in self.ops.values():
+            op.wait_healthy()
+        self.log("release: stopped replicas continued, held creates sent, runtimes resumed")
+        # Stuck pods last: a pod may get our finalizer until the end; drop it (bounded retries).
+        wait_for(self._no_hold_left, timeout=20, what="every stuck pod released", interval=0.5)
+
+    def _no_hold_left(self) -> bool:
+        stuck = [p for p in self.core.list_namespaced_pod(self.ns).items if HOLD in (p.metadata.finalizers or [])]
+        for pod in stuck:
+            self.log(f"release: {self._drop_hold(pod)}")
+        return not stuck
+
+    def _converged(self) -> bool:
+        for name in RUNTIMES:
+            if name in self.deleted:
+                if self.rts.exists(name):
+                    return False
+                continue
+            rt = self.rts.get(name)
+            st = rt.get("status") or {}
+            ann = rt["metadata"].get("annotations") or {}
+            cur = st.get("current") or {}
+            conds = {c["type"]: c for c in st.get("conditions") or []}
+            pod = self.rts.pod(name)
+            if (st.get("transition") or "baton.dev/reset" in ann or "baton.dev/force-recovery" in ann
+                    or st.get("pendingReset") or not cur
+                    or cur.get("generation") != st.get("latestGeneration")
+                    or conds.get("Ready", {}).get("status") != "True"
+                    or conds.get("CleanupFailed", {}).get("status") == "True"
+                    or pod is None or pod.metadata.uid != cur.get("uid")
+                    or pod.metadata.deletion_timestamp is not None):
+                return False
+        return True
+
+    def _converge(self) -> None:
+        t = time.monotonic()
+        try:
+            wait_for(self._converged, timeout=CONVERGE_SECONDS, what="convergence", interval=0.5)
+        except WaitTimeout:
+            state = {n: (self.rts.get(n).get("status") if self.rts.exists(n) else "gone") for n in RUNTIMES}
+            self.result.violations.append(
+                f"not converged within {CONVERGE_SECONDS}s after every fault was released: {state}")
+            for op in self.ops.values():
+                print(f"--- log of {op.identity} ---\n{op.log_tail(60)}")
+            raise AssertionError(self.result.report()) from None
+        self.log(f"converged in {time.monotonic() - t:.1f}s")
+
+    def _catch_up(self) -> None:
+        """Wait (bounded) until each watch has seen what the API server now holds."""
+        pods = {p.metadata.uid for p in self.core.list_namespaced_pod(self.ns).items}
+
+        def pods_seen() -> bool:
+            added = {e.uid for e in self.pods.added()}
+            deleted = {e.uid for e in self.pods.deleted()}
+            return pods <= added and not (added - deleted - pods)
+
+        def objects_seen(log: baton.WatchLog, rvs: dict[str, int]) -> bool:
+            last: dict[str, int] = {}
+            for _, rv, obj in log.snapshot():
+                last[obj["metadata"]["name"]] = rv
+            return all(last.get(n, 0) >= rv for n, rv in rvs.items())
+
+        runtimes = {o["metadata"]["name"]: int(o["metadata"]["resourceVersion"])
+                    for o in self.rts.custom.list_namespaced_custom_object(
+                        baton.GROUP, baton.VERSION, self.ns, baton.PLURAL)["items"]}
+        leases = {ls.metadata.name: int(ls.metadata.resource_version)
+                  for ls in self.coord.list_namespaced_lease(self.ns).items}
+        wait_for(lambda: pods_seen() and objects_seen(self.runtimes_log, runtimes)
+                 and objects_seen(self.leases_log, leases), timeout=15, what="watch logs caught up")
+
+
+# -- the invariants, on the recorded logs (each returns violations, never raises)
+
+def _cond(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
+
+
+def check(o: Ordering) -> list[str]:
+    out: list[str] = []
+    out += check_pods(o.pods)
+    out += check_runtime_log(o.runtimes_log.snapshot(), o.pods, o.verbs)
+    out += check_lease_log(o.leases_log.snapshot())
+    out += check_stale_refused(o.rts, o.verbs, o.deleted)
+    out += check_deleted_leave_nothing(o.rts, o.coord, o.deleted, o.result.notes)
+    return out
+
+
+def check_pods(pods: baton.PodWatch) -> list[str]:
+    """At most one pod per runtime at any point of the watch log; N+1 ADDED after N's DELETED;
+    generation labels never reused; the fencing token on each new pod never lower."""
+    out = []
+    for name in RUNTIMES:
+        try:
+            pods.assert_one_at_a_time(name)
+        except AssertionError as e:
+            out.append(f"pods of {name}: {e}")
+        tokens = [(e.generation, int(e.annotations.get("baton.dev/fencing-token", "0")))
+                  for e in pods.added() if e.of(name)]
+        if any(b[1] < a[1] for a, b in zip(tokens, tokens[1:])):
+            out.append(f"pods of {name}: a pod was created with a lower fencing token than its predecessor's "
+                       f"(generation, token): {tokens}")
+    return out
+
+
+def check_runtime_log(events: list[tuple[str, int, dict[str, Any]]], pods: baton.PodWatch,
+                      verbs: list[Verb]) -> list[str]:
+    """On the ToolRuntime watch log: token and generation counters never decrease; a history
+    entry, once written, never changes (a generation number names one pod); a Reset or
+    ForceRecovered outcome only for a generation a current verb named; CleanupFailed cleared
+    only after that pod's DELETED in the pod watch log (PodGone) or by a force recovery this run
+    asked for (ForceRecovered)."""
+    out: list[str] = []
+    deleted_rv = {e.uid: e.resource_version for e in pods.deleted()}
+    named = {(v.runtime, v.key, v.value) for v in verbs if v.intent == "current"}
+    prev: dict[str, dict[str, Any]] = {}
+    history: dict[tuple[str, int], tuple[Any, Any]] = {}
+    for typ, rv, obj in events:
+        name = obj["metadata"]["name"]
+        st = obj.get("status") or {}
+        before = prev.get(name, {})
+        for key in ("fencingToken", "latestGeneration"):
+            if key in before and int(st.get(key) or 0) < int(before[key] or 0):
+                out.append(f"{name} rv {rv}: status.{key} decreased {before[key]} -> {st.get(key)}")
+        g_then, g_now = (before.get("current") or {}).get("generation"), (st.get("current") or {}).get("generation")
+        if g_then is not None and g_now is not None and g_now < g_then:
+            out.append(f"{name} rv {rv}: current.generation decreased {g_then} -> {g_now}")
+        for h in st.get("history") or []:
+            key2 = (name, int(h["generation"]))
+            seen = history.setdefault(key2, (h.get("uid"), h.get("outcome")))
+            if seen != (h.get("uid"), h.get("outcome")):
+                out.append(f"{name} rv {rv}: history of generation {h['generation']} changed {seen} -> "
+                           f"{(h.get('uid'), h.get('outcome'))}")
+            if h.get("outcome") == "Reset" and (name, "baton.dev/reset", int(h["generation"])) not in named:
+                out.append(f"{name} rv {rv}: generation {h['generation']} retired as Reset, no reset named it")
+            if h.get("outcome") == "ForceRecovered" and (
+                    name, "baton.dev/force-recovery", int(h["generation"])) not in named:
+                out.append(f"{name} rv {rv}: generation {h['generation']} ForceRecovered, no force-recovery named it")
+        was, now = _cond(before, "CleanupFailed"), _cond(st, "CleanupFailed")
+        if was.get("status") == "True" and now.get("status") != "True":
+            failure = before.get("lastCleanupFailure") or {}
+            uid, gen = failure.get("uid"), failure.get("generation")
+            reason = now.get("reason")
+            if reason == "PodGone":
+                if uid not in deleted_rv or deleted_rv[uid] > rv:
+                    out.append(f"{name} rv {rv}: CleanupFailed cleared (PodGone) but pod {uid} of generation "
+                               f"{gen} has no DELETED before it in the pod watch log")
+            elif reason == "ForceRecovered":
+                if (name, "baton.dev/force-recovery", int(gen or -1)) not in named:
+                    out.append(f"{name} rv {rv}: CleanupFailed cleared by a force recovery of generation {gen} "
+                               "that no force-recovery annotation named")
+            elif typ != "DELETED":
+                out.append(f"{name} rv {rv}: CleanupFailed of generation {gen} cleared with reason {reason!r}")
+        prev[name] = st
+    return out
+
+
+def check_lease_log(events: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+    """The fencing token (spec.leaseTransitions) of each Lease never decreases."""
+    out, last = [], {}
+    for _, rv, obj in events:
+        name = obj["metadata"]["name"]
+        token = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
+        if name in last and token < last[name]:
+            out.append(f"Lease {name} rv {rv}: fencing token decreased {last[name]} -> {token}")
+        last[name] = max(token, last.get(name, 0))
+    return out
+
+
+def check_stale_refused(rts: baton.Runtimes, verbs: list[Verb], deleted: set[str]) -> list[str]:
+    """Each stale reset and force-recovery was refused: its Warning event, naming the value."""
+    out = []
+    reasons = {"baton.dev/reset": "StaleReset", "baton.dev/force-recovery": "StaleForceRecovery"}
+    for v in verbs:
+        if v.intent != "stale" or v.runtime in deleted:
+            continue
+        evs = rts.events(v.runtime, reasons[v.key])
+        if not any(f"names generation {v.value}" in (e.message or "") and e.type == "Warning" for e in evs):
+            out.append(f"{v.runtime}: stale {v.key}={v.value} has no Warning {reasons[v.key]} event naming it "
+                       f"({[e.message for e in evs]})")
+    return out
+
+
+def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV1Api, deleted: set[str],
+                                notes: list[str]) -> list[str]:
+    """A deleted runtime leaves no runtime, pod, Service or Lease. Something left at first look
+    gets a bounded wait (GC_SECONDS): a replica whose view still had the runtime can create its
+    Lease again just after the deletion finished (the Lease carries an ownerReference to the
+    deleted runtime, so the garbage collector removes it); that is noted, not a violation."""
+    def exists(read: Callable[[], Any]) -> bool:
+        try:
+            read()
+            return True
+        except ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+
+    def left(name: str) -> list[str]:
+        return [what for what, read in (
+            ("runtime", lambda: rts.get(name)),
+            ("pod", lambda: rts.core.read_namespaced_pod(name, rts.ns)),
+            ("Service", lambda: rts.core.read_namespaced_service(name, rts.ns)),
+            ("Lease", lambda: coord.read_namespaced_lease(f"baton-{name}", rts.ns)),
+        ) if exists(read)]
+
+    out = []
+    for name in sorted(deleted):
+        first = left(name)
+        if not first:
+            continue
+        t = time.monotonic()
+        try:
+            wait_for(lambda: not left(name), timeout=GC_SECONDS, what=f"what {name} left to go", interval=0.5)
+        except WaitTimeout:
+            out.append(f"deleted runtime {name} left {left(name)} (still there {GC_SECONDS}s after convergence)")
+            continue
+        notes.append(f"deleted runtime {name}: {first} still there at convergence, gone "
+                     f"{time.monotonic() - t:.1f}s later (garbage collector: ownerReference to the deleted runtime)")
+    return out

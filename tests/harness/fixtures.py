@@ -1,0 +1,72 @@
+"""Fixtures for running Baton operator processes against the session's cluster.
+
+Shared by tests/integration and tests/chaos: each conftest.py there imports them by name."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from harness import baton
+
+
+@pytest.fixture(scope="session")
+def crd(cluster: Any) -> None:
+    baton.install_crd(cluster)
+
+
+@pytest.fixture
+def operators(cluster: Any, crd: None, namespace: str, tmp_path: Path,
+              request: pytest.FixtureRequest) -> Iterator[Callable[..., baton.OperatorProcess]]:
+    """Factory: operators(identity, namespaces=[namespace], env={...}) starts one replica."""
+    started: list[baton.OperatorProcess] = []
+
+    def start(identity: str = "op-a", *, namespaces: list[str] | None = None,
+              env: dict[str, str] | None = None, kubeconfig: str | None = None,
+              wait: bool = True) -> baton.OperatorProcess:
+        proc = baton.OperatorProcess(cluster, tmp_path, identity=identity,
+                                     namespaces=namespaces or [namespace], env=env,
+                                     kubeconfig=kubeconfig)
+        started.append(proc)
+        return proc.start() if wait else proc
+
+    yield start
+    failed = getattr(request.node, "rep_call", None)
+    for proc in started:
+        proc.kill()
+        if failed is not None and failed.failed:
+            print(f"--- log of operator {proc.identity} ---\n{proc.log_tail(80)}")
+    # No operator runs any more: release what it would have retired, so the namespace can go.
+    custom = client.CustomObjectsApi(cluster.api_client)
+    for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, namespace,
+                                                   baton.PLURAL).get("items", []):
+        if rt["metadata"].get("finalizers"):
+            try:
+                custom.patch_namespaced_custom_object(
+                    baton.GROUP, baton.VERSION, namespace, baton.PLURAL, rt["metadata"]["name"],
+                    {"metadata": {"finalizers": None}})
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+
+
+@pytest.fixture
+def rts(cluster: Any, crd: None, namespace: str) -> baton.Runtimes:
+    return baton.Runtimes(cluster.api_client, namespace)
+
+
+@pytest.fixture
+def pod_watch(cluster: Any, namespace: str) -> Iterator[baton.PodWatch]:
+    w = baton.PodWatch(cluster.api_client, namespace)
+    yield w
+    w.stop()
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()  # type: ignore[attr-defined]
+    setattr(item, "rep_" + rep.when, rep)
