@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as hs
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.model]
 
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "60"))
 STEPS = int(os.environ.get("MODEL_STEPS", "40"))
-SEED = os.environ.get("MODEL_SEED")
+SEED = os.environ.get("MODEL_SEED") or None
 
 REPLICAS = ("baton-a", "baton-b", "baton-c")
 replica_ix = hs.integers(0, len(REPLICAS) - 1)
@@ -89,6 +89,31 @@ class BatonModel(RuleBasedStateMachine):
     def time_passes(self, seconds: int) -> None:
         self._t("time", seconds)
         self.advance(seconds)
+
+    @rule(seconds=hs.sampled_from([3, 10, 20]))
+    def all_replicas_run(self, seconds: int) -> None:
+        """Time passes with every live replica acting when its plan asks (as in production)."""
+        self._t("run", seconds)
+        self.run_for(seconds)
+
+    @rule(r=replica_ix, seconds=hs.sampled_from([sim.LEASE_SECONDS + 2, 3 * sim.LEASE_SECONDS]))
+    def stale_holder(self, r: int, seconds: int) -> None:
+        """A replica decides, freezes (SIGSTOP) while the others run past its Lease, then
+        carries out the plan it decided before (SIGCONT)."""
+        self._t("stale-holder", r, seconds)
+        self.replicas[r].pause()
+        self.run_for(seconds)
+        self.replicas[r].resume()
+
+    @rule(what=hs.sampled_from(["create", "status", "delete"]), seconds=hs.sampled_from([5, 20]))
+    def late_request(self, what: str, seconds: int) -> None:
+        """The next such request is held in the network while the replicas run on; then it arrives."""
+        self._t("late", what, seconds)
+        self.server.delay_next.add(what)
+        self.run_for(seconds)
+        self.server.delay_next.discard(what)
+        while self.server.held:
+            self.server.deliver(0)
 
     @rule(what=hs.sampled_from(["create", "status", "delete"]))
     def delay_next_request(self, what: str) -> None:
@@ -156,7 +181,10 @@ class BatonModel(RuleBasedStateMachine):
         gen = s.current.generation if s is not None and s.current is not None else 1
         value = str(gen - 1 if stale else gen)
         self._t("reset", stale)
-        self.server.resets_posted.add(value)
+        if not stale:
+            # A value below the current generation can never become valid (numbers only grow):
+            # only the others may ever reset a generation.
+            self.server.resets_posted.add(value)
         self.server.user_patch_runtime(lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_RESET, value))
 
     @rule(stale=hs.booleans())
@@ -294,6 +322,8 @@ BatonModel.TestCase.settings = settings(
     database=None,
     suppress_health_check=list(HealthCheck),
     print_blob=True,
+    # MODEL_NO_SHRINK=1 (hack/mutations.py): report the first failing run as found, unshrunk.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("MODEL_NO_SHRINK") else list(Phase),
 )
 if SEED is not None:
     from hypothesis import seed as _seed
