@@ -83,10 +83,12 @@ MUTATIONS = [
           "    body = {\"gracePeriodSeconds\": grace_seconds}"),),
     ),
     Mutation(
-        "trust-label-list", "gone = absent from the label-selected view (no GET by name)",
+        "trust-label-list", "gone = absent from the label-selected view (no GET by name of the retiring or current pod)",
         "operator/baton/cache/snapshot.py",
         (("    if t is not None and t.retiring and t.from_uid and t.from_uid not in found:\n        names.add(",
-          "    if False:\n        names.add("),),
+          "    if False:\n        names.add("),
+         ("    if status.current is not None and status.current.uid not in found:\n        names.add(",
+          "    if False:\n        names.add(")),
     ),
     Mutation(
         "stale-holder-not-fenced-out", "a holder ignores a newer token in status (decide's own fence)",

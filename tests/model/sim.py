@@ -560,6 +560,7 @@ class Replica:
         self.identity, self.server, self.clock = identity, server, clock
         server.senders[identity] = self
         self.paused_plan: tuple[snapshot_mod.Snapshot, p.Plan] | None = None
+        self.pause_before_fenced = False  # freeze at the next plan that changes pods
         self.restart()
 
     def restart(self) -> None:
@@ -570,6 +571,7 @@ class Replica:
         self.local.clock = self.clock
         self.cursor = 0
         self.lagging = False
+        self.pause_before_fenced = False
         self.paused_plan = None
         self.last_wait: float | None = 0.0
         self.catch_up()
@@ -645,6 +647,10 @@ class Replica:
         got = self.decide()
         if got is None:
             self.last_wait = None
+            return None
+        if self.pause_before_fenced and any(isinstance(a, p.FENCED) for a in got[1].actions):
+            self.pause_before_fenced = False
+            self.paused_plan = got
             return None
         self.execute(*got)
         return got[1]

@@ -105,6 +105,18 @@ class BatonModel(RuleBasedStateMachine):
         self.run_for(seconds)
         self.replicas[r].resume()
 
+    @rule(r=replica_ix, template=hs.booleans())
+    def frozen_before_acting(self, r: int, template: bool) -> None:
+        """As stale_holder, but the replica freezes exactly when its next plan would change a
+        pod (create, relabel, delete): what the fresh-Lease check and the API server fence."""
+        self._t("frozen-before-acting", r, template)
+        if template:
+            self.template_changes()
+        self.replicas[r].pause_before_fenced = True
+        self.run_for(3 * sim.LEASE_SECONDS)
+        self.replicas[r].pause_before_fenced = False
+        self.replicas[r].resume()
+
     @rule(what=hs.sampled_from(["create", "status", "delete"]), seconds=hs.sampled_from([5, 20]))
     def late_request(self, what: str, seconds: int) -> None:
         """The next such request is held in the network while the replicas run on; then it arrives."""
