@@ -29,7 +29,6 @@ from baton import execute
 from baton.cache import snapshot as snapshot_mod
 from baton.cache import views as vw
 from baton.k8s import api, client
-from baton.lifecycle import decide as decide_pkg  # noqa: F401  (the package re-exports decide)
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle.decide import decide
@@ -67,10 +66,6 @@ class Clock:
 
     def wall(self) -> datetime.datetime:
         return T0 + datetime.timedelta(seconds=self.t)
-
-
-class Violation(AssertionError):
-    pass
 
 
 def _ts(clock: Clock) -> str:
@@ -472,7 +467,7 @@ class Server:
         if len(serving) > 1:
             self.violation("two serving pods")
 
-    def create_sent(self, replica: str, gen: int, transition: st.Transition | None) -> None:
+    def create_sent(self, replica: str, gen: int) -> None:
         """Invariant 1/2, checked when a replica sends a create on time (the API server would
         refuse a second pod of the name anyway: this is about the decision): every earlier
         generation's pod the runtime knew of is gone by UID, or force-recovered; a generation
@@ -633,7 +628,7 @@ class Replica:
             if isinstance(a, p.CreatePod) and self.executor.holds((NS, RT)):
                 gen = int(a.manifest["metadata"]["labels"][mf.LABEL_GENERATION])
                 if "create" not in self.server.delay_next:
-                    self.server.create_sent(self.identity, gen, snap.observed.status.transition)
+                    self.server.create_sent(self.identity, gen)
             if isinstance(a, p.ForceDeletePod) and self.executor.holds((NS, RT)):
                 self.server.force_deleted.add(a.uid)
         ok: bool = self._run(self.executor.execute(snap, plan, self.local, lambda: None))
