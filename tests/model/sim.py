@@ -436,6 +436,10 @@ class Server:
             if new.current.generation <= self.max_current:
                 self.violation(f"generation {new.current.generation} serves after {self.max_current}: reused")
             self.max_current = max(self.max_current, new.current.generation)
+        # Invariant 2: a transition that takes a new number takes one above every number given out.
+        nt, ot = new.transition, old.transition
+        if nt is not None and nt.to is not None and (ot is None or ot.to != nt.to) and nt.to <= old.latest_generation:
+            self.violation(f"a transition takes generation {nt.to}, but latestGeneration was {old.latest_generation}: reused")
         # Invariant 5: CleanupFailed=True is cleared only when that pod is gone or force-recovered.
         was, now = old.condition(st.ConditionType.CLEANUP_FAILED), new.condition(st.ConditionType.CLEANUP_FAILED)
         if was is not None and was.status == "True" and (now is None or now.status != "True"):
