@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools cluster-up cluster-down test test-unit test-integration lint demo bench bench-scale
+.PHONY: help venv tools cluster-up cluster-down test test-unit test-integration lint demo bench bench-scale model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -59,3 +59,11 @@ test-unit: $(PY_DEPS) ## unit tests only (no cluster)
 
 test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integration`)
 	$(PY) -m pytest tests $(PYTEST_ARGS) -m integration
+
+STEPS ?= 40
+model-check: $(PY_DEPS) ## the model check, long and random (make model-check N=2000 STEPS=60 SEED=7); CI runs a short fixed one
+	@seed=$(if $(SEED),$(SEED),$$RANDOM); echo "model-check: $(N) examples of $(STEPS) rules, seed $$seed" >&2; \
+	MODEL_EXAMPLES=$(N) MODEL_STEPS=$(STEPS) MODEL_SEED=$$seed $(PY) -m pytest tests/model -q -s -p no:cacheprovider
+
+mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (hack/mutations.py)
+	$(PY) hack/mutations.py

@@ -93,31 +93,38 @@ class Executor:
             held.renewer.cancel()
 
     async def _renew_forever(self, key: tuple[str, str], wake: Callable[[], None]) -> None:
-        ns, name = key
         while True:
             held = self.held.get(key)
             if held is None:
                 return
             await asyncio.sleep(max(0.5, held.duration / 3))
-            held = self.held.get(key)
-            if held is None:
+            if not await self.renew_once(key, wake):
                 return
-            sent = time.monotonic()
-            try:
-                held.last = await leases.renew_lease(
-                    namespace=ns, name=mf.lease_name(name),
-                    identity=self.identity, token=held.token, now=utcnow(), last=held.last,
-                )
-                held.renewed = sent
-                self._seen(held.last, "Lease")
-            except leases.LeaseLost as exc:
-                log.warning("lost lifecycle Lease of %s/%s: %s", ns, name, exc, extra={"runtime": f"{ns}/{name}"})
-                metrics.LEASE_CONFLICTS.inc()
-                self.drop(key)
-                wake()
-                return
-            except Exception as exc:  # transient API trouble: retry at the next tick
-                log.warning("Lease renewal of %s/%s failed: %s", ns, name, client.short(exc))
+
+    async def renew_once(self, key: tuple[str, str], wake: Callable[[], None]) -> bool:
+        """One renewal of a held Lease (compare-and-swap on the copy last written). False when
+        the Lease is not held (any more): then it is dropped and the runtime woken."""
+        ns, name = key
+        held = self.held.get(key)
+        if held is None:
+            return False
+        sent = time.monotonic()
+        try:
+            held.last = await leases.renew_lease(
+                namespace=ns, name=mf.lease_name(name),
+                identity=self.identity, token=held.token, now=utcnow(), last=held.last,
+            )
+            held.renewed = sent
+            self._seen(held.last, "Lease")
+        except leases.LeaseLost as exc:
+            log.warning("lost lifecycle Lease of %s/%s: %s", ns, name, exc, extra={"runtime": f"{ns}/{name}"})
+            metrics.LEASE_CONFLICTS.inc()
+            self.drop(key)
+            wake()
+            return False
+        except Exception as exc:  # transient API trouble: retry at the next tick
+            log.warning("Lease renewal of %s/%s failed: %s", ns, name, client.short(exc))
+        return True
 
     # --- the plan ----------------------------------------------------------------------------
 
