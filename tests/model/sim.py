@@ -21,11 +21,11 @@ import copy
 import dataclasses
 import datetime
 import json
-import os
 import types
 from typing import Any, Callable
 
 from baton import execute
+from baton.cache import informer as inf
 from baton.cache import snapshot as snapshot_mod
 from baton.cache import views as vw
 from baton.k8s import api, client
@@ -39,7 +39,8 @@ RT = "search-mcp"
 T0 = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
 LEASE_SECONDS = 6
 BUDGETS = {"lockSeconds": 5, "connectSeconds": 8, "drainSeconds": 3, "terminationGraceSeconds": 2,
-           "cleanupSeconds": 6}
+           "cleanupSeconds": 6, "pinSeconds": 8}
+PINNING_STATES = ("CommitEligible", "Committed")
 STUCK_FINALIZER = "example.com/stuck"
 # Slack on top of a step's budget before the budget check fails: a Lease handover (a dead
 # holder is replaced once the others saw its Lease unchanged for its duration, plus the lock
@@ -134,13 +135,10 @@ class Server:
         self.runtime_removed = False
         self.event_reasons: list[str] = []
         self.runtime_uid = ""
-        # Known gap (docs/architecture.md, "Model check"): a holder's status write that arrives
-        # after a later write with the same fencing token passes the CEL rule and rolls the
-        # persisted state back. By default such a late write is lost instead of delivered;
-        # MODEL_LATE_STATUS_REORDER=1 delivers it (and the model finds the rollback).
-        self.reorder_same_token = bool(os.environ.get("MODEL_LATE_STATUS_REORDER"))
-        self.status_rv_by_token: dict[int, int] = {}
-        self.lost_late_status = 0
+        self.status_rv = 0  # the server's resourceVersion at the last status write it accepted
+        self.late_sent_rv: int | None = None  # while delivering a held request: the rv when it was sent
+        self.late_status_refused = 0  # held status writes the API server refused on delivery
+        self.claim_seq = 0
 
     # --- objects ----------------------------------------------------------------------------
 
@@ -281,17 +279,23 @@ class Server:
 
     # --- the requests Baton sends ------------------------------------------------------------
 
-    def handle(self, method: str, path: str, body: Any, content_type: str) -> Any:
+    def handle(self, method: str, path: str, body: Any, content_type: str, query: Any = None) -> Any:
         parts = [x for x in path.split("/") if x]
         i = parts.index("namespaces")
         plural = parts[i + 2]
         name = parts[i + 3] if len(parts) > i + 3 else None
         sub = parts[i + 4] if len(parts) > i + 4 else None
         kind = {"pods": "Pod", "leases": "Lease", "services": "Service", "toolruntimes": "ToolRuntime",
-                "events": "Event"}[plural]
+                "toolruntimeclaims": "ToolRuntimeClaim", "events": "Event"}[plural]
         if kind == "Event":
             self.event_reasons.append(body.get("reason", ""))
             return body
+        if method == "GET" and name is None:
+            # A list; only the field selector metadata.name=<name> is understood.
+            field, _, value = str((query or {}).get("fieldSelector") or "").partition("=")
+            assert field == "metadata.name", query
+            obj = self.get(kind, value)
+            return {"metadata": {"resourceVersion": str(self.rv)}, "items": [] if obj is None else [copy.deepcopy(obj)]}
         if method == "GET":
             obj = self.get(kind, name or "")
             if obj is None:
@@ -343,9 +347,10 @@ class Server:
             if "resourceVersion" in meta_patch and meta_patch["resourceVersion"] != obj["metadata"]["resourceVersion"]:
                 raise _err(409, "Conflict", "the object has been modified")
             if kind == "ToolRuntime" and sub == "status":
-                return self._status_patch(obj, body, with_rv="resourceVersion" in meta_patch)
+                return self._status_patch(obj, body)
             if kind == "Pod":
                 self._check_fenced("patch pod")
+                self._check_pins(obj, body)
             new = _merge(obj, {**body, "metadata": {k: v for k, v in meta_patch.items()
                                                     if k not in ("uid", "resourceVersion")}})
             if kind == "Pod" and new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
@@ -378,7 +383,7 @@ class Server:
                 del parent[keys[-1]]
         return self.store(kind, new)
 
-    def _status_patch(self, obj: dict[str, Any], body: dict[str, Any], *, with_rv: bool) -> Any:
+    def _status_patch(self, obj: dict[str, Any], body: dict[str, Any]) -> Any:
         old = obj.get("status") or {}
         new_status = _merge(old, body.get("status") or {})
         # The CRD's CEL transition rules: fencingToken and latestGeneration never decrease.
@@ -386,18 +391,52 @@ class Server:
             raise _err(422, "Invalid", "status.fencingToken: Invalid value: must not decrease")
         if int(new_status.get("latestGeneration") or 0) < int(old.get("latestGeneration") or 0):
             raise _err(422, "Invalid", "status.latestGeneration: Invalid value: must not decrease")
-        if not with_rv:
+        if self._sender_holds():
             self._check_fenced("status write", token=int((body.get("status") or {}).get("fencingToken") or 0))
         elif any(old.get(f) != new_status.get(f) for f in LIFECYCLE_FIELDS) and not self.delivering:
             self.violation(f"{self.sender}: a status write without the Lease changed the lifecycle state")
+        if self.late_sent_rv is not None and self.status_rv > self.late_sent_rv:
+            # A write decided before a later status write landed over it: status rolled back.
+            self.violation(f"{self.sender}: a status write sent at rv {self.late_sent_rv}, held in the network, was "
+                           f"accepted after a later status write (rv {self.status_rv}): status rolled back")
         new = copy.deepcopy(obj)
         new["status"] = new_status
         stored = self.store("ToolRuntime", new)
-        self.status_rv_by_token[int(new_status.get("fencingToken") or 0)] = self.rv
+        self.status_rv = self.rv
         self._check_status(st.ToolRuntimeStatus.model_validate(old), st.ToolRuntimeStatus.model_validate(new_status))
         return stored
 
     # --- invariants about what is accepted ----------------------------------------------------
+
+    def _sender_holds(self) -> bool:
+        """Whether the sender believes it holds the Lease (a holder's write, fenced by the token)."""
+        rep = self.senders.get(self.sender or "")
+        return rep is not None and (NS, RT) in rep.executor.held
+
+    def _check_pins(self, pod: dict[str, Any], body: dict[str, Any]) -> None:
+        """Pins: admission to a serving generation is stopped only when no CommitEligible or
+        Committed claim names it, as far as the sender's claims view shows (a claim it has not
+        seen yet cannot hold it), unless a person force-retired it past its pins. A pod already
+        lost (terminating, or a PodLost retire) is not pinned."""
+        labels = ((body.get("metadata") or {}).get("labels") or {})
+        if self.delivering or self.sender is None or labels.get(mf.LABEL_SERVING) != "false":
+            return
+        meta = pod["metadata"]
+        if meta.get("labels", {}).get(mf.LABEL_SERVING) != "true" or meta.get("deletionTimestamp"):
+            return
+        s = self.status()
+        t = s.transition if s is not None else None
+        if t is not None and (t.force_retired or t.trigger == st.Trigger.POD_LOST):
+            return
+        gen = meta.get("labels", {}).get(mf.LABEL_GENERATION)
+        rep = self.senders[self.sender]
+        known = rep.views.claims_known(NS)
+        pinning = [c["metadata"]["name"] for c in rep.views.claims.by_label(NS, RT)
+                   if c["spec"]["state"] in PINNING_STATES and str(c["spec"]["generation"]) == gen]
+        if pinning or not known:
+            self.violation(f"{self.sender}: admission to generation {gen} stopped while "
+                           f"{'claims ' + ', '.join(pinning) + ' pin it' if pinning else 'its claims view is not listed'} "
+                           "and no force-retire was recorded")
 
     def _check_fenced(self, what: str, token: int | None = None) -> None:
         """Invariant 3: a lifecycle write sent on time comes from the current Lease holder, with
@@ -490,17 +529,35 @@ class Server:
 
     def deliver(self, i: int) -> None:
         h = self.held.pop(i)
-        token = int(((h.body or {}).get("status") or {}).get("fencingToken") or 0) if h.what == "status" else 0
-        if h.what == "status" and not self.reorder_same_token and self.status_rv_by_token.get(token, -1) > h.rv:
-            self.lost_late_status += 1
-            return
-        self.delivering, self.sender = True, h.sender
+        self.delivering, self.sender, self.late_sent_rv = True, h.sender, h.rv
         try:
             self.handle(h.method, h.path, h.body, h.content_type)
         except api.ApiError:
-            pass  # refused by the API server's own fences: what a late request should meet
+            # Refused by the API server's own fences: what a late request should meet.
+            self.late_status_refused += h.what == "status"
         finally:
-            self.delivering, self.sender = False, None
+            self.delivering, self.sender, self.late_sent_rv = False, None, None
+
+    # --- claims (a consumer's records; Baton only writes their status) -----------------------
+
+    def create_claim(self, generation: int, state: str) -> str:
+        self.claim_seq += 1
+        name = f"claim-{self.claim_seq}"
+        self.create("ToolRuntimeClaim", {
+            "apiVersion": "baton.dev/v1alpha1", "metadata": {"name": name, "namespace": NS},
+            "spec": {"runtimeRef": {"name": RT}, "generation": generation, "fork": "plan-1",
+                     "branch": f"b{self.claim_seq}", "state": state}})
+        return name
+
+    def claims(self) -> list[dict[str, Any]]:
+        return [o for (k, _), o in self.objs.items() if k == "ToolRuntimeClaim"]
+
+    def release_claims(self) -> None:
+        for c in self.claims():
+            if c["spec"]["state"] in PINNING_STATES:
+                c = copy.deepcopy(c)
+                c["spec"]["state"] = "Released"
+                self.store("ToolRuntimeClaim", c)
 
 
 class FakeApi:
@@ -524,7 +581,7 @@ class FakeApi:
             s.delay_next.discard(what)
             s.held.append(Held(s.sender or "?", method, path, body, content_type, what, s.rv))
             raise asyncio.TimeoutError(f"{what} request timed out (held in the network)")
-        return s.handle(method, path, body, content_type)
+        return s.handle(method, path, body, content_type, query)
 
     async def get_or_none(self, path: str) -> Any:
         try:
@@ -548,7 +605,8 @@ class SimLocal(snapshot_mod.Local):
         return now - self.lease_seen_at
 
 
-KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Service": "services"}
+KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Service": "services",
+              "ToolRuntimeClaim": "claims"}
 
 
 class Replica:
@@ -565,6 +623,14 @@ class Replica:
     def restart(self) -> None:
         """A crash and restart: every local fact is lost; the views are listed afresh."""
         self.views = vw.Views(namespaces=(NS,), watch_configmaps=False, watch_secrets=False)
+        # The claims view is listed (the CRD installed, list granted), as in a real cluster: pins
+        # are known. Fed from the watch log below like the others; never run.
+        self.claims_informer = inf.Informer(
+            FakeApi(self.server), kind="ToolRuntimeClaim", group_version="baton.dev/v1alpha1",
+            plural="toolruntimeclaims", namespace=NS, store=self.views.claims)
+        self.claims_informer.synced.set()
+        self.views.informers.append(self.claims_informer)
+        self.woken = False
         self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views)
         self.local = SimLocal(identity=self.identity, lease_duration_seconds=LEASE_SECONDS, backoff_base_seconds=5.0)
         self.local.clock = self.clock
@@ -635,9 +701,15 @@ class Replica:
                     self.server.create_sent(self.identity, gen)
             if isinstance(a, p.ForceDeletePod) and self.executor.holds((NS, RT)):
                 self.server.force_deleted.add(a.uid)
-        ok: bool = self._run(self.executor.execute(snap, plan, self.local, lambda: None))
-        self.last_wait = plan.wait_seconds if ok else 1.0
+        self.woken = False
+        ok: bool = self._run(self.executor.execute(snap, plan, self.local, self.wake))
+        # Woken (a write refused for a stale resourceVersion, the runtime read again): decide
+        # again at once, as runner's queue would.
+        self.last_wait = (0.0 if self.woken else plan.wait_seconds) if ok else 1.0
         return ok
+
+    def wake(self) -> None:
+        self.woken = True
 
     def step(self) -> p.Plan | None:
         """One pass; None when the runtime is gone."""

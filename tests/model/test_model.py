@@ -35,7 +35,8 @@ REPLICAS = ("baton-a", "baton-b", "baton-c")
 replica_ix = hs.integers(0, len(REPLICAS) - 1)
 
 STATS: dict[str, Any] = {"examples": 0, "traces": set(), "rules": 0, "seconds": 0.0, "creates": 0,
-                         "handoffs": 0, "stale": 0, "cleanup_failures": 0, "force": 0, "removed": 0}
+                         "handoffs": 0, "stale": 0, "cleanup_failures": 0, "force": 0, "removed": 0,
+                         "pin_waits": 0, "blocked": 0, "force_retired": 0, "late_status_refused": 0}
 
 
 class BatonModel(RuleBasedStateMachine):
@@ -48,6 +49,8 @@ class BatonModel(RuleBasedStateMachine):
         self.replicas = [sim.Replica(name, self.server, self.clock) for name in REPLICAS]
         self.trace: list[str] = []
         self.started = time.monotonic()
+        self.claims_listed_at: dict[int, float] = {}  # replica -> when its claims view is listed again
+        self.forbidden = False  # the claims view forbidden to every replica
 
     def _t(self, *parts: object) -> None:
         self.trace.append(":".join(str(x) for x in parts))
@@ -68,7 +71,10 @@ class BatonModel(RuleBasedStateMachine):
     @rule(r=replica_ix)
     def crash_and_restart(self, r: int) -> None:
         self._t("crash", r)
-        self.replicas[r].restart()
+        self.replicas[r].restart()  # its views listed afresh
+        self.claims_listed_at.pop(r, None)
+        if self.forbidden:
+            self.replicas[r].claims_informer.synced.clear()
 
     @rule(r=replica_ix)
     def pause(self, r: int) -> None:
@@ -213,6 +219,46 @@ class BatonModel(RuleBasedStateMachine):
         self._t("suspend", suspend)
         self.server.user_patch_runtime(lambda rt: rt["spec"].__setitem__("suspend", suspend))
 
+    @rule(committed=hs.booleans())
+    def claim_pins(self, committed: bool) -> None:
+        """A consumer's branch depends on the serving generation: a claim that pins it."""
+        s = self.server.status()
+        gen = s.current.generation if s is not None and s.current is not None else 1
+        self._t("claim", committed)
+        self.server.create_claim(gen, "Committed" if committed else "CommitEligible")
+
+    @rule()
+    def claims_released(self) -> None:
+        self._t("release-claims")
+        self.server.release_claims()
+
+    @rule(stale=hs.booleans())
+    def force_retire(self, stale: bool) -> None:
+        s = self.server.status()
+        t = s.transition if s is not None else None
+        gen = t.from_ if t is not None and t.from_ is not None else 1
+        value = str(gen + 1 if stale else gen)
+        self._t("force-retire", stale)
+        self.server.user_patch_runtime(
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RETIRE, value))
+
+    @rule(r=replica_ix, seconds=hs.sampled_from([2, 5]))
+    def claims_not_listed_yet(self, r: int, seconds: int) -> None:
+        """A replica's claims view is not listed for a few seconds (a relist): pins unknown to it,
+        it fails closed meanwhile."""
+        self._t("claims-unlisted", r, seconds)
+        self.replicas[r].claims_informer.synced.clear()
+        self.claims_listed_at[r] = self.clock.t + seconds
+
+    @rule(forbidden=hs.booleans())
+    def claims_forbidden(self, forbidden: bool) -> None:
+        """Every replica's claims view forbidden (RBAC) until lifted: pins unknown, fail closed."""
+        self._t("claims-forbidden", forbidden)
+        self.forbidden = forbidden
+        for i, r in enumerate(self.replicas):
+            r.claims_informer.synced.clear() if forbidden else r.claims_informer.synced.set()
+            self.claims_listed_at.pop(i, None)
+
     @precondition(lambda self: len(self.trace) >= STEPS // 2)  # late: most of a run has a runtime
     @rule()
     def runtime_deleted(self) -> None:
@@ -224,6 +270,10 @@ class BatonModel(RuleBasedStateMachine):
     def advance(self, seconds: int) -> None:
         for _ in range(seconds):
             self.clock.t += 1.0
+            for i, at in list(self.claims_listed_at.items()):
+                if self.clock.t >= at:
+                    self.replicas[i].claims_informer.synced.set()
+                    del self.claims_listed_at[i]
             self.server.tick()
             for r in self.replicas:
                 r.renew()
@@ -240,7 +290,7 @@ class BatonModel(RuleBasedStateMachine):
                     continue
                 for _ in range(25):
                     plan = r.step()
-                    if plan is None or plan.wait_seconds != 0 or r.last_wait != 0:
+                    if plan is None or r.last_wait != 0:
                         break
                 w = r.last_wait
                 wake[r.identity] = self.clock.t + (5.0 if w is None else max(0.0, min(w, 5.0)))
@@ -253,18 +303,27 @@ class BatonModel(RuleBasedStateMachine):
 
     def time_steps(self, seen: dict[tuple[str, str], float]) -> None:
         """Invariant 4: each step of a transition ends within its budget plus a slack (a Lease
-        handover, scheduling). CleanupFailed waits for a person by design; its wait is not timed."""
+        handover, scheduling). CleanupFailed waits for a person by design; its wait is not timed.
+        A retire waiting for pins is timed by pinSeconds instead: past it, RetirementBlocked
+        (which then waits for the pins or a person, untimed)."""
         s = self.server.status()
         t = s.transition if s is not None else None
-        if t is None or not isinstance(t.step, st.Step) or t.step not in sim.STEP_BUDGET:
+        if s is None or t is None or not isinstance(t.step, st.Step) or t.step not in sim.STEP_BUDGET:
             return
         key = (t.step.value, t.step_started_at.isoformat())
-        first = seen.setdefault(key, self.clock.t)
         budget = sim.STEP_BUDGET[t.step]
+        if t.pin_wait_since is not None:
+            if t.pin_blocked:
+                blocked = s.condition(st.ConditionType.RETIREMENT_BLOCKED)
+                if blocked is None or blocked.status != "True":
+                    self.server.violation(f"retire of generation {t.from_} blocked by pins, but RetirementBlocked is {blocked}")
+                return
+            key, budget = ("pins", t.pin_wait_since.isoformat()), sim.BUDGETS["pinSeconds"]
+        first = seen.setdefault(key, self.clock.t)
         if t.step == st.Step.CREATING and t.not_before is not None:
             budget += sim.BUDGETS["connectSeconds"]  # a refused create backs off inside connectSeconds
         if self.clock.t - first > budget + sim.SLACK_SECONDS:
-            self.server.violation(f"step {t.step.value} (since t={first:.0f}) still not done after "
+            self.server.violation(f"step {key[0]} (since t={first:.0f}) still not done after "
                                   f"{self.clock.t - first:.0f}s: budget {budget}s + slack {sim.SLACK_SECONDS}s")
 
     def person(self) -> None:
@@ -296,6 +355,10 @@ class BatonModel(RuleBasedStateMachine):
             self.run_for(30, budgets=budgets, person=True)
             self.server.kubelet_broken = False
             self.server.tool_busy = False
+            self.server.release_claims()
+            self.forbidden = False
+            for r in self.replicas:
+                r.claims_informer.synced.set()
             self.run_for(120, budgets=budgets, person=True)
             assert not self.server.violations, "\n".join(self.server.violations)
             rt = self.server.runtime()
@@ -323,7 +386,12 @@ class BatonModel(RuleBasedStateMachine):
         STATS["cleanup_failures"] += reasons.count(st.Reason.CLEANUP_FAILED.value)
         STATS["force"] += reasons.count(st.Reason.FORCE_RECOVERED.value)
         STATS["handoffs"] += reasons.count(st.Reason.TRANSITION_STARTED.value)
-        STATS["stale"] += reasons.count(st.Reason.STALE_RESET.value) + reasons.count(st.Reason.STALE_FORCE_RECOVERY.value)
+        STATS["stale"] += sum(reasons.count(r.value) for r in (st.Reason.STALE_RESET, st.Reason.STALE_FORCE_RECOVERY,
+                                                               st.Reason.STALE_FORCE_RETIRE))
+        STATS["pin_waits"] += reasons.count(st.Reason.AWAITING_PIN_RELEASE.value)
+        STATS["blocked"] += reasons.count(st.Reason.PINNED_BY_COMMIT_ELIGIBLE_CLAIM.value)
+        STATS["force_retired"] += reasons.count(st.Reason.FORCE_RETIRED.value)
+        STATS["late_status_refused"] += self.server.late_status_refused
 
 
 BatonModel.TestCase.settings = settings(
@@ -354,6 +422,8 @@ def teardown_module() -> None:
                 f"{STATS['creates']} creates sent, {STATS['handoffs']} transitions, {STATS['stale']} stale verbs refused, "
                 f"{STATS['cleanup_failures']} cleanup failures, "
                 f"{STATS['force']} force recoveries, {STATS['removed']} runtimes removed, "
+                f"{STATS['pin_waits']} pinned retires, {STATS['blocked']} RetirementBlocked, "
+                f"{STATS['force_retired']} force-retires, {STATS['late_status_refused']} late status writes refused, "
                 f"{STATS['seconds']:.1f}s in examples")
         print("\n" + line)
         out = os.environ.get("MODEL_STATS_FILE")
