@@ -24,7 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
-UNIT = ["tests/unit/test_decide.py", "tests/unit/test_decide_guarantees.py"]
+UNIT = ["tests/unit/test_decide.py", "tests/unit/test_decide_guarantees.py", "tests/unit/test_decide_pins.py"]
 MODEL = ["tests/model"]
 
 
@@ -89,6 +89,26 @@ MUTATIONS = [
           "    if False:\n        names.add("),
          ("    if status.current is not None and status.current.uid not in found:\n        names.add(",
           "    if False:\n        names.add(")),
+    ),
+    Mutation(
+        "drop-status-rv-precondition", "status writes without the resourceVersion they were decided on",
+        "operator/baton/k8s/runtimes.py",
+        (("    body: dict[str, Any] = {\"metadata\": {\"resourceVersion\": resource_version}, \"status\": status_patch}",
+          "    body: dict[str, Any] = {\"status\": status_patch}"),),
+    ),
+    Mutation(
+        "ignore-pins", "a retire stops admission whatever claims pin the generation",
+        "operator/baton/lifecycle/decide.py",
+        (("    if not _pin_gate_applies(t, old) or t.force_retired:\n        return None",
+          "    if True:\n        return None"),
+         ("    pin_wait = _pin_parked(o, t, now)\n    if pin_wait is not None:",
+          "    pin_wait = None\n    if pin_wait is not None:")),
+    ),
+    Mutation(
+        "pins-fail-open", "claims not (yet) listed count as no claims",
+        "operator/baton/lifecycle/decide.py",
+        (("    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=o.claims_known)",
+          "    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=True)"),),
     ),
     Mutation(
         "stale-holder-not-fenced-out", "a holder ignores a newer token in status (decide's own fence)",
