@@ -24,6 +24,8 @@ import json
 import types
 from typing import Any, Callable
 
+import pydantic
+
 from baton import execute
 from baton.cache import informer as inf
 from baton.cache import snapshot as snapshot_mod
@@ -316,6 +318,9 @@ class Server:
                 raise _err(404, "NotFound", "owner gone")
             return self.create(kind, body)
         obj = self.get(kind, name or "")
+        if kind == "Pod" and method in ("DELETE", "PATCH"):
+            # Judged when sent, whatever the API server answers (the pod may be gone already).
+            self._check_fenced(f"{method.lower()} pod")
         if method == "PUT":
             if obj is None:
                 raise _err(404, "NotFound")
@@ -331,7 +336,6 @@ class Server:
             if pre is not None and pre != obj["metadata"]["uid"]:
                 raise _err(409, "Conflict", "Precondition failed: UID in precondition")
             if kind == "Pod":
-                self._check_fenced("delete pod")
                 self._check_delete(obj)
                 return self.delete_pod(obj["metadata"]["name"], int((body or {}).get("gracePeriodSeconds", 30)))
             self.remove(kind, obj["metadata"]["name"])
@@ -349,7 +353,6 @@ class Server:
             if kind == "ToolRuntime" and sub == "status":
                 return self._status_patch(obj, body)
             if kind == "Pod":
-                self._check_fenced("patch pod")
                 self._check_pins(obj, body)
             new = _merge(obj, {**body, "metadata": {k: v for k, v in meta_patch.items()
                                                     if k not in ("uid", "resourceVersion")}})
@@ -399,6 +402,13 @@ class Server:
             # A write decided before a later status write landed over it: status rolled back.
             self.violation(f"{self.sender}: a status write sent at rv {self.late_sent_rv}, held in the network, was "
                            f"accepted after a later status write (rv {self.status_rv}): status rolled back")
+        try:
+            st.ToolRuntimeStatus.model_validate(new_status)
+        except pydantic.ValidationError as exc:
+            # (A merge patch applied to a state it was not computed from can leave a torn status.)
+            self.violation(f"{self.sender}: a status write would leave a status that does not parse: "
+                           f"{str(exc).splitlines()[0]}")
+            raise _err(422, "Invalid", "status does not match the schema") from exc
         new = copy.deepcopy(obj)
         new["status"] = new_status
         stored = self.store("ToolRuntime", new)
@@ -450,7 +460,7 @@ class Server:
         held = rep.executor.held.get((NS, RT))
         if (held is None or spec.get("holderIdentity") != rep.identity
                 or int(spec.get("leaseTransitions") or 0) != held.token):
-            self.violation(f"{rep.identity}: {what} accepted while it does not hold the Lease "
+            self.violation(f"{rep.identity}: {what} sent while it does not hold the Lease "
                            f"(Lease: {spec.get('holderIdentity')} token {spec.get('leaseTransitions')}; "
                            f"its token {held.token if held else None})")
         elif token is not None and token != held.token:

@@ -111,11 +111,14 @@ class BatonModel(RuleBasedStateMachine):
         self.run_for(seconds)
         self.replicas[r].resume()
 
-    @rule(r=replica_ix, template=hs.booleans())
-    def frozen_before_acting(self, r: int, template: bool) -> None:
-        """As stale_holder, but the replica freezes exactly when its next plan would change a
-        pod (create, relabel, delete): what the fresh-Lease check and the API server fence."""
-        self._t("frozen-before-acting", r, template)
+    @rule(r=replica_ix, template=hs.booleans(), holder=hs.booleans())
+    def frozen_before_acting(self, r: int, template: bool, holder: bool) -> None:
+        """As stale_holder, but the replica (with `holder`: the one holding the Lease, if any)
+        freezes exactly when its next plan would change a pod (create, relabel, delete): what
+        the fresh-Lease check and the API server fence."""
+        self._t("frozen-before-acting", r, template, holder)
+        if holder:
+            r = next((i for i, rep in enumerate(self.replicas) if (sim.NS, sim.RT) in rep.executor.held), r)
         if template:
             self.template_changes()
         self.replicas[r].pause_before_fenced = True
