@@ -615,6 +615,8 @@ class SimLocal(snapshot_mod.Local):
         return now - self.lease_seen_at
 
 
+LOOP = asyncio.new_event_loop()
+
 KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Service": "services",
               "ToolRuntimeClaim": "claims"}
 
@@ -663,11 +665,19 @@ class Replica:
         self.cursor = max(self.cursor, end)
 
     def _run(self, coro: Any) -> Any:
+        """Run one coroutine to the end, as asyncio.run would (tasks it left, such as a Lease
+        renewer, are cancelled: the model drives renewals itself), on one loop kept for the
+        whole run (asyncio.run's loop setup and signal handling dominated the model's time)."""
         self.server.sender = self.identity
         try:
-            return asyncio.run(coro)
+            return LOOP.run_until_complete(coro)
         finally:
             self.server.sender = None
+            left = asyncio.all_tasks(LOOP)
+            for task in left:
+                task.cancel()
+            if left:
+                LOOP.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
     def renew(self) -> None:
         if (NS, RT) in self.executor.held and self.paused_plan is None:

@@ -136,6 +136,21 @@ class BatonModel(RuleBasedStateMachine):
         while self.server.held:
             self.server.deliver(0)
 
+    @rule()
+    def late_delete_lands_on_the_next_pod(self) -> None:
+        """The next pod delete is held in the network until another pod of the runtime's name
+        exists (or 40 s), then arrives: only its UID precondition keeps it off that pod."""
+        self._t("late-delete-next-pod")
+        before = {pd["metadata"]["uid"] for pd in self.server.pods()}
+        self.server.delay_next.add("delete")
+        for _ in range(40):
+            self.run_for(1)
+            if self.server.held and any(pd["metadata"]["uid"] not in before for pd in self.server.pods()):
+                break
+        self.server.delay_next.discard("delete")
+        while self.server.held:
+            self.server.deliver(0)
+
     @rule(what=hs.sampled_from(["create", "status", "delete"]))
     def delay_next_request(self, what: str) -> None:
         self._t("delay", what)
@@ -363,6 +378,13 @@ class BatonModel(RuleBasedStateMachine):
             for r in self.replicas:
                 r.claims_informer.synced.set()
             self.run_for(120, budgets=budgets, person=True)
+            s = self.server.status()
+            if s is not None and s.current is None and s.retry is not None and s.retry.not_before is not None:
+                # Backing off after repeated failed starts (capped at 300 s): wait it out, then
+                # a generation must serve.
+                wait = (s.retry.not_before - self.clock.wall()).total_seconds()
+                if wait > 0:
+                    self.run_for(int(wait) + 30, budgets=budgets, person=True)
             assert not self.server.violations, "\n".join(self.server.violations)
             rt = self.server.runtime()
             if self.server.runtime_removed:
