@@ -63,7 +63,7 @@ test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integra
 STEPS ?= 40
 model-check: $(PY_DEPS) ## the model check, long and random (make model-check N=2000 STEPS=60 SEED=7); CI runs a short fixed one
 	@seed=$(if $(SEED),$(SEED),$$RANDOM); echo "model-check: $(N) examples of $(STEPS) rules, seed $$seed" >&2; \
-	MODEL_EXAMPLES=$(N) MODEL_STEPS=$(STEPS) MODEL_SEED=$$seed $(PY) -m pytest tests/model -q -s -p no:cacheprovider
+	MODEL_EXAMPLES=$(N) MODEL_STEPS=$(STEPS) MODEL_SEED=$$seed $(PY) -m pytest tests/model -q -s -p no:cacheprovider --timeout=0
 
 mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (hack/mutations.py)
 	$(PY) hack/mutations.py
