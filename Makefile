@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos
+.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -70,7 +70,14 @@ test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integra
 	$(PY) -m pytest tests $(PYTEST_ARGS) -m integration
 
 ORDERINGS ?= 50
-SEED ?= 1
 CHAOS_RESULTS ?= .chaos-results.jsonl
 chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane (make chaos ORDERINGS=500 SEED=1)
-	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(SEED) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+
+STEPS ?= 40
+model-check: $(PY_DEPS) ## the model check, long and random (make model-check N=2000 STEPS=60 SEED=7); CI runs a short fixed one
+	@seed=$(if $(SEED),$(SEED),$$RANDOM); echo "model-check: $(N) examples of $(STEPS) rules, seed $$seed" >&2; \
+	MODEL_EXAMPLES=$(N) MODEL_STEPS=$(STEPS) MODEL_SEED=$$seed $(PY) -m pytest tests/model -q -s -p no:cacheprovider --timeout=0
+
+mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (hack/mutations.py)
+	$(PY) hack/mutations.py

@@ -4,7 +4,9 @@ Does I/O (through baton.k8s, async; no thread pool). Every object a write return
 the watch-fed views (read-your-writes: the next pass never sees an older state than it wrote).
 The API server is the fence: a pod create is
 refused while any pod of the runtime exists (one name per runtime), deletes and relabels carry
-the pod's UID, status writes carry the fencing token (CEL rule). On top, every pod-changing
+the pod's UID, status writes carry the resourceVersion they were decided on (a write overtaken
+by any later one, the writer's own included, is refused: 409, then read again and decided again)
+and the fencing token (CEL rule). On top, every pod-changing
 action and status write runs only while this process holds the Lease *fresh*: its last
 successful renew was *sent* less than (duration - margin) ago by the local monotonic clock.
 Renewals run as their own tasks on a connection pool of their own, so no other work can starve
@@ -65,6 +67,11 @@ class Aborted(Exception):
     """The rest of the plan must not run; re-observe."""
 
 
+class Superseded(Exception):
+    """A write refused because the runtime changed since this pass read it (resourceVersion):
+    not an error; it has been read again, and is decided again at once."""
+
+
 class Executor:
     def __init__(self, *, identity: str, lease_seconds: int, views: vw.Views) -> None:
         self.identity = identity
@@ -93,31 +100,38 @@ class Executor:
             held.renewer.cancel()
 
     async def _renew_forever(self, key: tuple[str, str], wake: Callable[[], None]) -> None:
-        ns, name = key
         while True:
             held = self.held.get(key)
             if held is None:
                 return
             await asyncio.sleep(max(0.5, held.duration / 3))
-            held = self.held.get(key)
-            if held is None:
+            if not await self.renew_once(key, wake):
                 return
-            sent = time.monotonic()
-            try:
-                held.last = await leases.renew_lease(
-                    namespace=ns, name=mf.lease_name(name),
-                    identity=self.identity, token=held.token, now=utcnow(), last=held.last,
-                )
-                held.renewed = sent
-                self._seen(held.last, "Lease")
-            except leases.LeaseLost as exc:
-                log.warning("lost lifecycle Lease of %s/%s: %s", ns, name, exc, extra={"runtime": f"{ns}/{name}"})
-                metrics.LEASE_CONFLICTS.inc()
-                self.drop(key)
-                wake()
-                return
-            except Exception as exc:  # transient API trouble: retry at the next tick
-                log.warning("Lease renewal of %s/%s failed: %s", ns, name, client.short(exc))
+
+    async def renew_once(self, key: tuple[str, str], wake: Callable[[], None]) -> bool:
+        """One renewal of a held Lease (compare-and-swap on the copy last written). False when
+        the Lease is not held (any more): then it is dropped and the runtime woken."""
+        ns, name = key
+        held = self.held.get(key)
+        if held is None:
+            return False
+        sent = time.monotonic()
+        try:
+            held.last = await leases.renew_lease(
+                namespace=ns, name=mf.lease_name(name),
+                identity=self.identity, token=held.token, now=utcnow(), last=held.last,
+            )
+            held.renewed = sent
+            self._seen(held.last, "Lease")
+        except leases.LeaseLost as exc:
+            log.warning("lost lifecycle Lease of %s/%s: %s", ns, name, exc, extra={"runtime": f"{ns}/{name}"})
+            metrics.LEASE_CONFLICTS.inc()
+            self.drop(key)
+            wake()
+            return False
+        except Exception as exc:  # transient API trouble: retry at the next tick
+            log.warning("Lease renewal of %s/%s failed: %s", ns, name, client.short(exc))
+        return True
 
     # --- the plan ----------------------------------------------------------------------------
 
@@ -128,7 +142,9 @@ class Executor:
         local: snapshot_mod.Local,
         wake: Callable[[], None],
     ) -> bool:
-        """True if every action succeeded. Stops at the first failure."""
+        """False when an action failed (the caller backs off); stops at the first failure. A plan
+        cut short because the runtime changed since this pass read it is not a failure: the
+        runtime was read again and woken, to be decided again at once (True)."""
         o = snap.observed
         key = (o.namespace, o.name)
         for action in _claim_phases_together(plan.actions):
@@ -139,6 +155,10 @@ class Executor:
                     await asyncio.gather(*(self._one(snap, a, local, key, wake) for a in action))
                 else:
                     await self._one(snap, action, local, key, wake)
+            except Superseded as exc:
+                log.info("plan for %s/%s stopped: %s", o.namespace, o.name, exc, extra={"runtime": f"{o.namespace}/{o.name}"})
+                wake()
+                return True
             except Aborted as exc:
                 log.info("plan for %s/%s stopped: %s", o.namespace, o.name, exc, extra={"runtime": f"{o.namespace}/{o.name}"})
                 return False
@@ -173,16 +193,16 @@ class Executor:
         seen = self._seen
         if isinstance(action, p.AddFinalizer):
             fins = list(meta.get("finalizers") or []) + [mf.FINALIZER]
-            seen(await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]), "ToolRuntime")
+            self._wrote(snap, await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]))
         elif isinstance(action, p.RemoveFinalizer):
             fins = [f for f in meta.get("finalizers") or [] if f != mf.FINALIZER]
-            seen(await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]), "ToolRuntime")
+            self._wrote(snap, await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]))
         elif isinstance(action, p.RemoveAnnotation):
             removed = await runtimes.remove_annotation(ns, name, action.key, action.value)
             if removed is None:
                 log.info("annotation %s changed before it was removed; left as it is", action.key,
                          extra={"runtime": f"{ns}/{name}"})
-            seen(removed, "ToolRuntime")
+            self._wrote(snap, removed)
         elif isinstance(action, p.AcquireLease):
             await self._acquire(snap, action, local, key, wake)
         elif isinstance(action, p.ReleaseLease):
@@ -194,7 +214,7 @@ class Executor:
             self.drop(key)
             await leases.delete_lease(ns, mf.lease_name(name))
         elif isinstance(action, p.WriteStatus):
-            await self._write_status(o, action, key, str(meta.get("resourceVersion") or ""))
+            await self._write_status(snap, action, key)
         elif isinstance(action, p.Event):
             message = action.message
             if self.identity not in message:
@@ -286,8 +306,16 @@ class Executor:
         log.info("acquired lifecycle Lease of %s/%s, fencing token %s", ns, name, action.token,
                  extra={"runtime": f"{ns}/{name}"})
 
-    async def _write_status(self, o: Any, action: p.WriteStatus, key: tuple[str, str], snap_rv: str) -> None:
+    def _wrote(self, snap: snapshot_mod.Snapshot, written: dict[str, Any] | None) -> None:
+        """A write of the runtime itself: applied to the view, and the base (resourceVersion,
+        finalizers) of this plan's later writes of it."""
+        self._seen(written, "ToolRuntime")
+        if written is not None:
+            snap.runtime = written
+
+    async def _write_status(self, snap: snapshot_mod.Snapshot, action: p.WriteStatus, key: tuple[str, str]) -> None:
         ns, name = key
+        o = snap.observed
         patch = runtimes.merge_patch(o.status.wire(), action.status.wire())
         if not patch:
             return
@@ -300,10 +328,21 @@ class Executor:
         if not delayed and key in self.held and not self.holds(key):
             metrics.FENCING_REJECTIONS.inc()
             raise Aborted("status write refused: this replica's Lease is not fresh (safety margin)")
+        # The version this plan was decided on (or its own last write of the runtime): a write
+        # that reaches the API server after any later one, this holder's own included (delayed in
+        # the network, sent again after a timeout), is refused instead of rolling status back.
+        rv = str((snap.runtime.get("metadata") or {}).get("resourceVersion") or "")
+        if delayed and os.environ.get("BATON_FAULT_STATUS_WRITE_FRESH_RV"):
+            rv = await self._fault_fresh_rv(key) or rv
         try:
-            rv = None if key in self.held else (snap_rv or None)
-            self._seen(await runtimes.patch_runtime_status(ns, name, patch, resource_version=rv), "ToolRuntime")
+            self._wrote(snap, await runtimes.patch_runtime_status(ns, name, patch, resource_version=rv))
         except client.ApiError as exc:
+            if client.is_conflict(exc):
+                # Counted as baton_api_requests_total{verb="PATCH",resource="toolruntimes/status",code="409"}.
+                fresh = await runtimes.read_runtime(ns, name)
+                self._seen(fresh, "ToolRuntime")
+                raise Superseded("status write refused: the runtime changed since this pass read it "
+                                 f"(resourceVersion {rv}); read again") from exc
             text = client.short(exc)
             if exc.status == 422 and "fencingToken" in text:
                 metrics.FENCING_REJECTIONS.inc()
@@ -338,6 +377,17 @@ class Executor:
                     step, seconds, action.status.fencing_token, extra={"runtime": "/".join(key)})
         await asyncio.sleep(float(seconds or "0"))
         return True
+
+    async def _fault_fresh_rv(self, key: tuple[str, str]) -> str | None:
+        """Fault injection for tests only: BATON_FAULT_STATUS_WRITE_FRESH_RV=1 sends a delayed
+        status write (above) with the runtime's resourceVersion read after the delay, so the
+        resourceVersion precondition passes it and only the CEL rule on fencingToken can refuse it
+        (a test of that rule on its own)."""
+        fresh = await runtimes.read_runtime(*key)
+        rv = (fresh or {}).get("metadata", {}).get("resourceVersion")
+        log.warning("fault injection: the delayed status write carries the current resourceVersion %s", rv,
+                    extra={"runtime": "/".join(key)})
+        return str(rv) if rv else None
 
     def _record(self, action: p.Record) -> None:
         labels = dict(action.labels)

@@ -90,12 +90,22 @@ def test_two_replicas_ten_runtimes_three_rounds(
     print(f"transitions per replica: op-a={per_replica[0]:.0f} op-b={per_replica[1]:.0f}")
 
 
+@pytest.mark.parametrize("fresh_rv", [True, False], ids=["cel-fence", "rv-precondition"])
 def test_frozen_holder_is_fenced_by_the_api_server(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, fresh_rv: bool) -> None:
     """Invariant 3: a holder SIGSTOPped past its Lease, then SIGCONTed after another took over,
-    has its status write rejected by the CRD's CEL rule and creates no pod."""
+    has its status write refused by the API server and creates no pod.
+
+    cel-fence: the stale write carries the runtime's *current* resourceVersion (fault injection
+    BATON_FAULT_STATUS_WRITE_FRESH_RV), so the resourceVersion precondition lets it through and
+    only the CRD's CEL rule on fencingToken can refuse it: it does ("must not decrease").
+    rv-precondition: the write carries the version it was decided on, as Baton sends it; the API
+    server refuses it as a Conflict before CEL is asked, and op-a reads again and stands down."""
     rts.create(baton.runtime_manifest("fence"))
-    a = operators("op-a", env={"BATON_FAULT_DELAY_STATUS_WRITE": "Creating=3"})
+    env = {"BATON_FAULT_DELAY_STATUS_WRITE": "Creating=3"}
+    if fresh_rv:
+        env["BATON_FAULT_STATUS_WRITE_FRESH_RV"] = "1"
+    a = operators("op-a", env=env)
     rts.wait_ready("fence", 1)
     hook = "fault injection: delaying the status write to step Creating"
     seen = a.log_text().count(hook)  # the initial Create wrote step Creating too
@@ -112,16 +122,23 @@ def test_frozen_holder_is_fenced_by_the_api_server(
         rts.wait_ready("fence", 2, timeout=30)
     finally:
         a.signal(signal.SIGCONT)
-    wait_for(lambda: "status write rejected by the API server" in a.log_text(), timeout=15,
-             what="op-a's stale write rejected")
-    assert "must not decrease" in a.log_text()
-    assert a.metric("baton_fencing_rejections_total") >= 1
+    rejected_by_cel = "status write rejected by the API server"
+    refused_by_rv = "status write refused: the runtime changed since this pass read it"
+    if fresh_rv:
+        wait_for(lambda: rejected_by_cel in a.log_text(), timeout=15, what="op-a's stale write rejected by CEL")
+        assert "must not decrease" in a.log_text()
+        assert "the delayed status write carries the current resourceVersion" in a.log_text()
+        assert a.metric("baton_fencing_rejections_total") >= 1
+    else:
+        wait_for(lambda: refused_by_rv in a.log_text(), timeout=15, what="op-a's stale write refused (409)")
+        assert rejected_by_cel not in a.log_text()
     pods = [e for e in pod_watch.added() if e.of("fence")]
     assert all(e.annotations["baton.dev/fencing-token"] != str(token_a) or e.generation == 1
                for e in pods), [(e.generation, e.annotations["baton.dev/fencing-token"]) for e in pods]
     assert pod_watch.assert_one_at_a_time("fence") == [1, 2]
     st = rts.status("fence")
     assert st["current"]["generation"] == 2 and st["holder"] == "op-b"
+    assert st["fencingToken"] > token_a
     assert "resuming Handoff" in b.log_text()
 
 

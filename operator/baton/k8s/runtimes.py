@@ -43,21 +43,30 @@ async def remove_annotation(namespace: str, name: str, key: str, value: str) -> 
 
 
 async def patch_runtime_status(
-    namespace: str, name: str, status_patch: dict[str, Any], *, resource_version: str | None = None
+    namespace: str, name: str, status_patch: dict[str, Any], *, resource_version: str
 ) -> dict[str, Any]:
     """JSON merge patch of status through the status subresource; returns the stored object.
 
-    The Lease holder writes without a resourceVersion precondition: its fence against a stale
-    holder is status.fencingToken, checked by the CRD's CEL transition rule on the API server.
-    A process that does not hold the Lease passes `resource_version`, so it can never overwrite
-    what the holder wrote after it looked.
+    Every lifecycle write passes `resource_version` (the version it was decided on), so it never
+    lands on a state its writer did not see: not another's write, and not the writer's own later
+    write overtaking this one in the network (409 Conflict then). The fence against a stale
+    holder is also status.fencingToken, checked by the CRD's CEL transition rule.
     """
-    body: dict[str, Any] = {"status": status_patch}
-    if resource_version is not None:
-        body["metadata"] = {"resourceVersion": resource_version}
+    body: dict[str, Any] = {"metadata": {"resourceVersion": resource_version}, "status": status_patch}
     patched: dict[str, Any] = await client.work().request(
         "PATCH", _path(namespace, name, "status"), body=body, content_type="application/merge-patch+json")
     return patched
+
+
+async def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
+    """The runtime as stored now (a list by field selector: `list` is granted, `get` is not)."""
+    page = await client.work().request("GET", _path(namespace), query={"fieldSelector": f"metadata.name={name}"})
+    for item in page.get("items") or []:
+        item.setdefault("metadata", {}).setdefault("namespace", namespace)
+        item.setdefault("apiVersion", GROUP_VERSION)
+        item.setdefault("kind", "ToolRuntime")
+        return dict(item)
+    return None
 
 
 def merge_patch(old: Any, new: Any) -> Any:

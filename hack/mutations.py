@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Issue 13, part 3: mutation validation of the model check.
+
+Applies, one at a time, a deliberate bug to the real code (operator/baton/**), runs the relevant
+unit tests and the model check (tests/model) against it, restores the file (also on error or
+Ctrl-C), and prints a table: mutation -> which check caught it. A mutation nothing catches is a
+gap in the checks; the script exits non-zero then.
+
+    .venv/bin/python hack/mutations.py                  # all mutations
+    .venv/bin/python hack/mutations.py create-before-gone skip-fencing-check
+    MODEL_EXAMPLES=150 .venv/bin/python hack/mutations.py   # a larger model budget per mutation
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
+UNIT = ["tests/unit/test_decide.py", "tests/unit/test_decide_guarantees.py", "tests/unit/test_decide_pins.py"]
+MODEL = ["tests/model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    what: str
+    path: str
+    edits: tuple[tuple[str, str], ...]  # (exact old text, new text): each old text occurs once
+
+
+MUTATIONS = [
+    Mutation(
+        "create-before-gone", "a terminating pod counts as gone, and Creating does not look for other pods",
+        "operator/baton/lifecycle/decide.py",
+        (("    old = o.pod_by_uid(t.from_uid)\n    if old is None:\n        return _retire_done(o, t, now)\n    if t.forced:",
+          "    old = o.pod_by_uid(t.from_uid)\n    if old is None or old.deleting:\n        return _retire_done(o, t, now)\n    if t.forced:"),
+         ("    if others:\n        stray = others[0]", "    if False:\n        stray = others[0]")),
+    ),
+    Mutation(
+        "skip-fencing-check", "the executor acts on pods without a fresh Lease",
+        "operator/baton/execute.py",
+        (("        if isinstance(action, p.FENCED) and not self.holds(key):",
+          "        if False and isinstance(action, p.FENCED) and not self.holds(key):"),),
+    ),
+    Mutation(
+        "release-before-persist", "a step's plan hands the Lease back before its status write",
+        "operator/baton/lifecycle/decide.py",
+        (("        (p.WriteStatus(status), _step_timing(t, now), *extra),\n        0,\n        f\"{_v(t.step)} -> {step.value}\",",
+          "        (p.ReleaseLease(), p.WriteStatus(status), _step_timing(t, now), *extra),\n        0,\n        f\"{_v(t.step)} -> {step.value}\","),),
+    ),
+    Mutation(
+        "clear-cleanupfailed-on-restart", "a new holder resuming a transition writes CleanupFailed=False",
+        "operator/baton/lifecycle/decide.py",
+        (("            # Resuming someone's transition: write our token before any step is acted on.\n            resumed = _base(o, now)",
+          "            # Resuming someone's transition: write our token before any step is acted on.\n            resumed = _with_conditions(_base(o, now), o, now, (C.CLEANUP_FAILED, False, R.CLEAN, \"\"))"),),
+    ),
+    Mutation(
+        "accept-stale-reset", "a reset naming any generation hands off the current one",
+        "operator/baton/lifecycle/decide.py",
+        (("            and reset.strip() == str(current.generation)\n        )",
+          "        )"),
+         ("        if o.annotations.get(mf.ANN_RESET, \"\").strip() == str(current.generation):",
+          "        if mf.ANN_RESET in o.annotations:")),
+    ),
+    Mutation(
+        "drop-drain-deadline", "Draining waits for the probe with no deadline",
+        "operator/baton/lifecycle/decide.py",
+        (("    if t.deadline is not None and now >= t.deadline:\n        why = \"the drain probe did not answer 200\"",
+          "    if False:\n        why = \"the drain probe did not answer 200\""),),
+    ),
+    Mutation(
+        "forget-uid-precondition", "a pod delete without preconditions.uid",
+        "operator/baton/k8s/pods.py",
+        (("    body = {\"gracePeriodSeconds\": grace_seconds, \"preconditions\": {\"uid\": uid}}",
+          "    body = {\"gracePeriodSeconds\": grace_seconds}"),),
+    ),
+    Mutation(
+        "trust-label-list", "gone = absent from the label-selected view (no GET by name of the retiring or current pod)",
+        "operator/baton/cache/snapshot.py",
+        (("    if t is not None and t.retiring and t.from_uid and t.from_uid not in found:\n        names.add(",
+          "    if False:\n        names.add("),
+         ("    if status.current is not None and status.current.uid not in found:\n        names.add(",
+          "    if False:\n        names.add(")),
+    ),
+    Mutation(
+        "drop-status-rv-precondition", "status writes without the resourceVersion they were decided on",
+        "operator/baton/k8s/runtimes.py",
+        (("    body: dict[str, Any] = {\"metadata\": {\"resourceVersion\": resource_version}, \"status\": status_patch}",
+          "    body: dict[str, Any] = {\"status\": status_patch}"),),
+    ),
+    Mutation(
+        "ignore-pins", "a retire stops admission whatever claims pin the generation",
+        "operator/baton/lifecycle/decide.py",
+        (("    if not _pin_gate_applies(t, old) or t.force_retired:\n        return None",
+          "    if True:\n        return None"),
+         ("    pin_wait = _pin_parked(o, t, now)\n    if pin_wait is not None:",
+          "    pin_wait = None\n    if pin_wait is not None:")),
+    ),
+    Mutation(
+        "pins-fail-open", "claims not (yet) listed count as no claims",
+        "operator/baton/lifecycle/decide.py",
+        (("    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=o.claims_known)",
+          "    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=True)"),),
+    ),
+    Mutation(
+        "stale-holder-not-fenced-out", "a holder ignores a newer token in status (decide's own fence)",
+        "operator/baton/lifecycle/decide.py",
+        (("        if status.fencing_token > lease.token:",
+          "        if False and status.fencing_token > lease.token:"),),
+    ),
+    Mutation(
+        "forget-latest-generation", "the next generation number ignores status.latestGeneration",
+        "operator/baton/lifecycle/decide.py",
+        (("    seen = [o.status.latest_generation]\n",
+          "    seen = [0]\n"),),
+    ),
+]
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 900) -> tuple[int, str]:
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})},
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def unit_verdict(out: str, rc: int) -> str:
+    if rc == 0:
+        return "-"
+    failed = re.findall(r"^FAILED (\S+)", out, re.M)
+    if failed:
+        first = failed[0].split("::")[-1]
+        return f"{len(failed)} failed (e.g. {first[:60]})"
+    return f"error rc={rc}"
+
+
+def model_verdict(out: str, rc: int) -> str:
+    if rc == 0:
+        return "-"
+    # The first violation the server recorded, or the assertion that failed.
+    m = re.search(r"(?:AssertionError|Violation): (?:t=[\d.]+ )?(.+)", out)
+    if m is None:
+        m = re.search(r"^E\s+(.+)$", out, re.M)
+    text = m.group(1).strip() if m else f"rc={rc}"
+    text = re.sub(r"baton-[abc]: ", "", text)
+    return text[:110]
+
+
+def apply(m: Mutation) -> str:
+    path = ROOT / m.path
+    original = path.read_text()
+    text = original
+    for old, new in m.edits:
+        if text.count(old) != 1:
+            raise SystemExit(f"{m.name}: the text to mutate occurs {text.count(old)} times in {m.path}")
+        text = text.replace(old, new)
+    path.write_text(text)
+    return original
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str]) -> int:
+    chosen = [m for m in MUTATIONS if not argv or m.name in argv]
+    # SIGTERM too restores the file (the `finally` below), like Ctrl-C.
+    signal.signal(signal.SIGTERM, _interrupt)
+    env = {"MODEL_EXAMPLES": os.environ.get("MODEL_EXAMPLES", "100"), "MODEL_STEPS": os.environ.get("MODEL_STEPS", "40"),
+           "MODEL_NO_SHRINK": "1"}
+    rows: list[tuple[str, str, str, str]] = []
+    dirty = subprocess.run(["git", "diff", "--quiet", "--", "operator"], cwd=ROOT).returncode
+    if dirty:
+        raise SystemExit("operator/ has uncommitted changes: commit or stash them first (the script restores by content)")
+    for m in chosen:
+        path = ROOT / m.path
+        original = apply(m)
+        t0 = time.monotonic()
+        try:
+            rc_u, out_u = run([PY, "-m", "pytest", *UNIT, "-q", "-x", "-p", "no:cacheprovider"])
+            try:
+                rc_m, out_m = run([PY, "-m", "pytest", *MODEL, "-q", "-x", "-p", "no:cacheprovider"], env, timeout=600)
+            except subprocess.TimeoutExpired:
+                rc_m, out_m = 1, "E   AssertionError: model run exceeded 600 s (a hang is a finding too)"
+        finally:
+            path.write_text(original)
+        u, mv = unit_verdict(out_u, rc_u), model_verdict(out_m, rc_m)
+        rows.append((m.name, u, mv, f"{time.monotonic() - t0:.0f}s"))
+        print(f"{m.name}: unit {u} | model {mv}", file=sys.stderr, flush=True)
+    if subprocess.run(["git", "diff", "--quiet", "--", "operator"], cwd=ROOT).returncode:
+        raise SystemExit("operator/ differs from HEAD after restoring: inspect `git diff operator`")
+    print(f"\nmodel budget per mutation: MODEL_EXAMPLES={env['MODEL_EXAMPLES']} MODEL_STEPS={env['MODEL_STEPS']} "
+          f"(derandomized); unit: {' '.join(UNIT)}\n")
+    w = max(len(r[0]) for r in rows)
+    print(f"| {'mutation':<{w}} | unit tests | model check | time |")
+    print(f"|{'-' * (w + 2)}|---|---|---|")
+    for name, u, mv, t in rows:
+        print(f"| {name:<{w}} | {u} | {mv} | {t} |")
+    missed = [r[0] for r in rows if r[2] == "-" and r[1] == "-"]
+    caught_by_model = sum(1 for r in rows if r[2] != "-")
+    print(f"\n{caught_by_model}/{len(rows)} caught by the model check; "
+          f"{len(rows) - len(missed)}/{len(rows)} by some check" + (f"; NOT caught: {', '.join(missed)}" if missed else ""))
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

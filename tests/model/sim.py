@@ -1,0 +1,786 @@
+"""A small simulated API server and operator replicas that run Baton's real code against it.
+
+What is real: ``baton.lifecycle.decide`` (every decision), ``baton.cache.snapshot.read_snapshot``
+(how the snapshot is built from the views, including the fresh GETs by name), ``baton.cache``'s
+stores (the views, read-your-writes), ``baton.execute.Executor`` (how each action is carried
+out, the fresh-Lease check, the fencing token on status writes) and ``baton.k8s`` (the requests
+it sends: UID preconditions, the Lease compare-and-swap, the JSON-patch test on annotations).
+What is simulated: the transport under ``baton.k8s.client`` (``FakeApi``), which hands each
+request to ``Server``: objects with resourceVersions and UIDs, name uniqueness, compare-and-swap,
+the CRD's CEL fence, grace periods and finalizers, a kubelet, watches that can lag, requests
+held back and delivered later. Time is simulated (``Clock``); nothing sleeps.
+
+The server also checks the invariants that are about what it accepts (``Server.violations``):
+it knows which replica sent each request and whether that replica held the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import datetime
+import json
+import types
+from typing import Any, Callable
+
+import pydantic
+
+from baton import execute
+from baton.cache import informer as inf
+from baton.cache import snapshot as snapshot_mod
+from baton.cache import views as vw
+from baton.k8s import api, client
+from baton.lifecycle import manifests as mf
+from baton.lifecycle import plan as p
+from baton.lifecycle.decide import decide
+from baton.model import status as st
+
+NS = "agents"
+RT = "search-mcp"
+T0 = datetime.datetime(2026, 3, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+LEASE_SECONDS = 6
+BUDGETS = {"lockSeconds": 5, "connectSeconds": 8, "drainSeconds": 3, "terminationGraceSeconds": 2,
+           "cleanupSeconds": 6, "pinSeconds": 8}
+PINNING_STATES = ("CommitEligible", "Committed")
+STUCK_FINALIZER = "example.com/stuck"
+# Slack on top of a step's budget before the budget check fails: a Lease handover (a dead
+# holder is replaced once the others saw its Lease unchanged for its duration, plus the lock
+# wait) and scheduling.
+SLACK_SECONDS = 2 * LEASE_SECONDS + BUDGETS["lockSeconds"] + 4
+
+STEP_BUDGET = {
+    st.Step.STOPPING_ADMISSION: BUDGETS["drainSeconds"],
+    st.Step.DRAINING: BUDGETS["drainSeconds"],
+    st.Step.TERMINATING: BUDGETS["cleanupSeconds"],
+    st.Step.AWAITING_POD_GONE: BUDGETS["cleanupSeconds"],
+    st.Step.CREATING: BUDGETS["connectSeconds"],
+    st.Step.CONNECTING: BUDGETS["connectSeconds"],
+    st.Step.FINALIZING: 1,
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def wall(self) -> datetime.datetime:
+        return T0 + datetime.timedelta(seconds=self.t)
+
+
+def _ts(clock: Clock) -> str:
+    return clock.wall().strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = _merge(out.get(k), v)
+    return out
+
+
+def _err(status: int, reason: str, message: str = "") -> api.ApiError:
+    return api.ApiError(status, reason, message or reason)
+
+
+LIFECYCLE_FIELDS = ("transition", "current", "latestGeneration", "history", "lastCleanupFailure")
+
+
+@dataclasses.dataclass
+class Held:
+    """A request held back in the network, delivered later (or never)."""
+
+    sender: str
+    method: str
+    path: str
+    body: Any
+    content_type: str
+    what: str
+    rv: int = 0  # the server's resourceVersion when it was sent
+
+
+class Server:
+    """One namespace, one ToolRuntime and what belongs to it."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.rv = 0
+        self.uid_seq = 0
+        self.objs: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> object
+        self.events: list[tuple[str, str, dict[str, Any]]] = []  # watch log: (type, kind, object)
+        self.violations: list[str] = []
+        self.held: list[Held] = []
+        self.delay_next: set[str] = set()  # "create" | "status" | "delete": hold the next such request
+        self.kubelet_broken = False  # new pods never become Ready
+        self.tool_busy = False  # the drain probe never says idle
+        self.senders: dict[str, Replica] = {}
+        self.sender: str | None = None  # who is sending now
+        self.delivering = False  # applying a held request (late): the API server's fences only
+        # Facts for the invariants.
+        self.all_pod_uids: dict[str, int | None] = {}  # uid -> generation label, every pod ever created
+        self.gone_uids: set[str] = set()
+        self.force_deleted: set[str] = set()  # UIDs Baton force-deleted (a recorded force recovery)
+        self.creates_sent: list[int] = []  # generations of CreatePod sent on time
+        self.resets_posted: set[str] = set()  # every value a person wrote to baton.dev/reset
+        self.max_token = 0
+        self.max_latest = 0
+        self.max_current = 0
+        self.runtime_removed = False
+        self.event_reasons: list[str] = []
+        self.runtime_uid = ""
+        self.status_rv = 0  # the server's resourceVersion at the last status write it accepted
+        self.late_sent_rv: int | None = None  # while delivering a held request: the rv when it was sent
+        self.late_status_refused = 0  # held status writes the API server refused on delivery
+        self.claim_seq = 0
+
+    # --- objects ----------------------------------------------------------------------------
+
+    def _next_rv(self) -> str:
+        self.rv += 1
+        return str(self.rv)
+
+    def _uid(self, kind: str) -> str:
+        self.uid_seq += 1
+        return f"{kind.lower()}-uid-{self.uid_seq}"
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        return self.objs.get((kind, name))
+
+    def store(self, kind: str, obj: dict[str, Any], type_: str = "MODIFIED") -> dict[str, Any]:
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        obj.setdefault("kind", kind)
+        self.objs[(kind, obj["metadata"]["name"])] = obj
+        self.events.append((type_, kind, copy.deepcopy(obj)))
+        return copy.deepcopy(obj)
+
+    def remove(self, kind: str, name: str) -> None:
+        obj = self.objs.pop((kind, name))
+        obj = copy.deepcopy(obj)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        self.events.append(("DELETED", kind, obj))
+        if kind == "Pod":
+            self.gone_uids.add(obj["metadata"]["uid"])
+        if kind == "ToolRuntime":
+            self._runtime_removed(obj)
+
+    def create(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("namespace", NS)
+        if (kind, meta["name"]) in self.objs:
+            raise _err(409, "AlreadyExists", f"{kind.lower()}s \"{meta['name']}\" already exists")
+        meta["uid"] = self._uid(kind)
+        meta["creationTimestamp"] = _ts(self.clock)
+        meta["generation"] = 1
+        if kind == "Pod":
+            obj["status"] = {"phase": "Pending", "conditions": []}
+        return self.store(kind, obj, "ADDED")
+
+    def create_runtime(self, spec: dict[str, Any]) -> None:
+        rt = self.create("ToolRuntime", {"apiVersion": "baton.dev/v1alpha1", "metadata": {"name": RT, "namespace": NS},
+                                         "spec": spec})
+        self.runtime_uid = rt["metadata"]["uid"]
+
+    def runtime(self) -> dict[str, Any] | None:
+        return self.get("ToolRuntime", RT)
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [o for (k, _), o in self.objs.items() if k == "Pod"]
+
+    def status(self) -> st.ToolRuntimeStatus | None:
+        rt = self.runtime()
+        return None if rt is None else st.ToolRuntimeStatus.model_validate(rt.get("status") or {})
+
+    def violation(self, text: str) -> None:
+        self.violations.append(f"t={self.clock.t:.1f} {text}")
+
+    # --- a person / the cluster ---------------------------------------------------------------
+
+    def tick(self) -> None:
+        """The kubelet and the garbage collector, one simulated second."""
+        for pod in list(self.pods()):
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp"):
+                if not meta.get("finalizers") and self.clock.t >= meta["_goneAt"]:
+                    self.remove("Pod", meta["name"])
+                continue
+            if pod["status"].get("phase") == "Pending" and not self.kubelet_broken:
+                pod = copy.deepcopy(pod)
+                pod["status"] = {"phase": "Running", "podIP": "10.0.0.1",
+                                 "conditions": [{"type": "Ready", "status": "True"}]}
+                self.store("Pod", pod)
+        rt = self.runtime()
+        if rt is not None and rt["metadata"].get("deletionTimestamp") and not rt["metadata"].get("finalizers"):
+            self.remove("ToolRuntime", RT)
+
+    def _runtime_removed(self, obj: dict[str, Any]) -> None:
+        self.runtime_removed = True
+        left = [f"{k} {n}" for (k, n) in self.objs if k in ("Pod", "Lease", "Service")]
+        if left:
+            self.violation(f"runtime removed, yet left behind: {left}")
+        # The garbage collector then deletes what the runtime owned (a late create's pod).
+        for (k, n), o in list(self.objs.items()):
+            if k in ("Pod", "Lease", "Service") and client.owned_by(o, obj["metadata"]["uid"]):
+                self.objs.pop((k, n))
+                if k == "Pod":
+                    self.gone_uids.add(o["metadata"]["uid"])
+
+    def user_patch_runtime(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        rt = self.runtime()
+        if rt is None:
+            return
+        rt = copy.deepcopy(rt)
+        before = rt.get("spec")
+        fn(rt)
+        if rt.get("spec") != before:
+            rt["metadata"]["generation"] = int(rt["metadata"].get("generation") or 1) + 1
+        self.store("ToolRuntime", rt)
+
+    def user_delete_runtime(self) -> None:
+        rt = self.runtime()
+        if rt is None or rt["metadata"].get("deletionTimestamp"):
+            return
+        if not rt["metadata"].get("finalizers"):
+            self.remove("ToolRuntime", RT)
+            return
+        rt = copy.deepcopy(rt)
+        rt["metadata"]["deletionTimestamp"] = _ts(self.clock)
+        self.store("ToolRuntime", rt)
+
+    def user_pod(self, fn: Callable[[dict[str, Any]], None]) -> None:
+        for pod in self.pods():
+            pod = copy.deepcopy(pod)
+            fn(pod)
+            self.store("Pod", pod)
+
+    def delete_pod(self, name: str, grace: int) -> dict[str, Any] | None:
+        pod = self.get("Pod", name)
+        assert pod is not None
+        if pod["metadata"].get("deletionTimestamp"):
+            pod = copy.deepcopy(pod)
+            pod["metadata"]["_goneAt"] = min(pod["metadata"]["_goneAt"], self.clock.t + grace)
+            return self.store("Pod", pod)
+        pod = copy.deepcopy(pod)
+        pod["metadata"]["deletionTimestamp"] = _ts(self.clock)
+        # The kubelet stops it within its grace (here: after min(grace, 1) s).
+        pod["metadata"]["_goneAt"] = self.clock.t + min(grace, 1)
+        pod["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        stored = self.store("Pod", pod)
+        if grace == 0 and not pod["metadata"].get("finalizers"):
+            self.remove("Pod", name)
+        return stored
+
+    # --- the requests Baton sends ------------------------------------------------------------
+
+    def handle(self, method: str, path: str, body: Any, content_type: str, query: Any = None) -> Any:
+        parts = [x for x in path.split("/") if x]
+        i = parts.index("namespaces")
+        plural = parts[i + 2]
+        name = parts[i + 3] if len(parts) > i + 3 else None
+        sub = parts[i + 4] if len(parts) > i + 4 else None
+        kind = {"pods": "Pod", "leases": "Lease", "services": "Service", "toolruntimes": "ToolRuntime",
+                "toolruntimeclaims": "ToolRuntimeClaim", "events": "Event"}[plural]
+        if kind == "Event":
+            self.event_reasons.append(body.get("reason", ""))
+            return body
+        if method == "GET" and name is None:
+            # A list; only the field selector metadata.name=<name> is understood.
+            field, _, value = str((query or {}).get("fieldSelector") or "").partition("=")
+            assert field == "metadata.name", query
+            obj = self.get(kind, value)
+            return {"metadata": {"resourceVersion": str(self.rv)}, "items": [] if obj is None else [copy.deepcopy(obj)]}
+        if method == "GET":
+            obj = self.get(kind, name or "")
+            if obj is None:
+                raise _err(404, "NotFound")
+            return copy.deepcopy(obj)
+        if method == "POST":
+            if kind == "Pod":
+                self._check_fenced(f"create pod g{body['metadata']['labels'].get(mf.LABEL_GENERATION)}")
+                owner = (body["metadata"].get("ownerReferences") or [{}])[0].get("uid")
+                if self.runtime() is None or owner != self.runtime_uid:
+                    # The garbage collector would delete it at once: treat as refused.
+                    raise _err(404, "NotFound", "owner gone")
+                created = self.create(kind, body)
+                gen_text = created["metadata"]["labels"].get(mf.LABEL_GENERATION)
+                self.all_pod_uids[created["metadata"]["uid"]] = int(gen_text) if gen_text else None
+                return created
+            if kind == "Lease" and self.runtime() is None:
+                raise _err(404, "NotFound", "owner gone")
+            return self.create(kind, body)
+        obj = self.get(kind, name or "")
+        if kind == "Pod" and method in ("DELETE", "PATCH"):
+            # Judged when sent, whatever the API server answers (the pod may be gone already).
+            self._check_fenced(f"{method.lower()} pod")
+        if method == "PUT":
+            if obj is None:
+                raise _err(404, "NotFound")
+            if body["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+                raise _err(409, "Conflict", "the object has been modified")
+            new = copy.deepcopy(body)
+            new["metadata"] = {**obj["metadata"], **{k: v for k, v in new["metadata"].items() if k != "resourceVersion"}}
+            return self.store(kind, new)
+        if method == "DELETE":
+            if obj is None:
+                raise _err(404, "NotFound")
+            pre = ((body or {}).get("preconditions") or {}).get("uid")
+            if pre is not None and pre != obj["metadata"]["uid"]:
+                raise _err(409, "Conflict", "Precondition failed: UID in precondition")
+            if kind == "Pod":
+                self._check_delete(obj)
+                return self.delete_pod(obj["metadata"]["name"], int((body or {}).get("gracePeriodSeconds", 30)))
+            self.remove(kind, obj["metadata"]["name"])
+            return None
+        if method == "PATCH":
+            if obj is None:
+                raise _err(404, "NotFound")
+            if content_type == "application/json-patch+json":
+                return self._json_patch(kind, obj, body)
+            meta_patch = (body or {}).get("metadata") or {}
+            if "uid" in meta_patch and meta_patch["uid"] != obj["metadata"]["uid"]:
+                raise _err(409, "Conflict", "Precondition failed: UID")
+            if "resourceVersion" in meta_patch and meta_patch["resourceVersion"] != obj["metadata"]["resourceVersion"]:
+                raise _err(409, "Conflict", "the object has been modified")
+            if kind == "ToolRuntime" and sub == "status":
+                return self._status_patch(obj, body)
+            if kind == "Pod":
+                self._check_pins(obj, body)
+            new = _merge(obj, {**body, "metadata": {k: v for k, v in meta_patch.items()
+                                                    if k not in ("uid", "resourceVersion")}})
+            if kind == "Pod" and new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+                stored = self.store(kind, new)
+                if self.clock.t >= new["metadata"]["_goneAt"]:
+                    self.remove(kind, obj["metadata"]["name"])
+                return stored
+            if kind == "ToolRuntime":
+                fins = new["metadata"].get("finalizers")
+                stored = self.store(kind, new)
+                if new["metadata"].get("deletionTimestamp") and not fins:
+                    self.remove(kind, RT)
+                return stored
+            return self.store(kind, new)
+        raise _err(405, "MethodNotAllowed")
+
+    def _json_patch(self, kind: str, obj: dict[str, Any], ops: list[dict[str, Any]]) -> Any:
+        new = copy.deepcopy(obj)
+        for op in ops:
+            keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+            parent = new
+            for k in keys[:-1]:
+                parent = parent.get(k) or {}
+            if op["op"] == "test":
+                if parent.get(keys[-1]) != op["value"]:
+                    raise _err(422, "Invalid", "test failed")
+            elif op["op"] == "remove":
+                if keys[-1] not in parent:
+                    raise _err(422, "Invalid", "path not found")
+                del parent[keys[-1]]
+        return self.store(kind, new)
+
+    def _status_patch(self, obj: dict[str, Any], body: dict[str, Any]) -> Any:
+        old = obj.get("status") or {}
+        new_status = _merge(old, body.get("status") or {})
+        # The CRD's CEL transition rules: fencingToken and latestGeneration never decrease.
+        if int(new_status.get("fencingToken") or 0) < int(old.get("fencingToken") or 0):
+            raise _err(422, "Invalid", "status.fencingToken: Invalid value: must not decrease")
+        if int(new_status.get("latestGeneration") or 0) < int(old.get("latestGeneration") or 0):
+            raise _err(422, "Invalid", "status.latestGeneration: Invalid value: must not decrease")
+        if self._sender_holds():
+            self._check_fenced("status write", token=int((body.get("status") or {}).get("fencingToken") or 0))
+        elif any(old.get(f) != new_status.get(f) for f in LIFECYCLE_FIELDS) and not self.delivering:
+            self.violation(f"{self.sender}: a status write without the Lease changed the lifecycle state")
+        if self.late_sent_rv is not None and self.status_rv > self.late_sent_rv:
+            # A write decided before a later status write landed over it: status rolled back.
+            self.violation(f"{self.sender}: a status write sent at rv {self.late_sent_rv}, held in the network, was "
+                           f"accepted after a later status write (rv {self.status_rv}): status rolled back")
+        try:
+            st.ToolRuntimeStatus.model_validate(new_status)
+        except pydantic.ValidationError as exc:
+            # (A merge patch applied to a state it was not computed from can leave a torn status.)
+            self.violation(f"{self.sender}: a status write would leave a status that does not parse: "
+                           f"{str(exc).splitlines()[0]}")
+            raise _err(422, "Invalid", "status does not match the schema") from exc
+        new = copy.deepcopy(obj)
+        new["status"] = new_status
+        stored = self.store("ToolRuntime", new)
+        self.status_rv = self.rv
+        self._check_status(st.ToolRuntimeStatus.model_validate(old), st.ToolRuntimeStatus.model_validate(new_status))
+        return stored
+
+    # --- invariants about what is accepted ----------------------------------------------------
+
+    def _sender_holds(self) -> bool:
+        """Whether the sender believes it holds the Lease (a holder's write, fenced by the token)."""
+        rep = self.senders.get(self.sender or "")
+        return rep is not None and (NS, RT) in rep.executor.held
+
+    def _check_pins(self, pod: dict[str, Any], body: dict[str, Any]) -> None:
+        """Pins: admission to a serving generation is stopped only when no CommitEligible or
+        Committed claim names it, as far as the sender's claims view shows (a claim it has not
+        seen yet cannot hold it), unless a person force-retired it past its pins. A pod already
+        lost (terminating, or a PodLost retire) is not pinned."""
+        labels = ((body.get("metadata") or {}).get("labels") or {})
+        if self.delivering or self.sender is None or labels.get(mf.LABEL_SERVING) != "false":
+            return
+        meta = pod["metadata"]
+        if meta.get("labels", {}).get(mf.LABEL_SERVING) != "true" or meta.get("deletionTimestamp"):
+            return
+        s = self.status()
+        t = s.transition if s is not None else None
+        if t is not None and (t.force_retired or t.trigger == st.Trigger.POD_LOST):
+            return
+        gen = meta.get("labels", {}).get(mf.LABEL_GENERATION)
+        rep = self.senders[self.sender]
+        known = rep.views.claims_known(NS)
+        pinning = [c["metadata"]["name"] for c in rep.views.claims.by_label(NS, RT)
+                   if c["spec"]["state"] in PINNING_STATES and str(c["spec"]["generation"]) == gen]
+        if pinning or not known:
+            self.violation(f"{self.sender}: admission to generation {gen} stopped while "
+                           f"{'claims ' + ', '.join(pinning) + ' pin it' if pinning else 'its claims view is not listed'} "
+                           "and no force-retire was recorded")
+
+    def _check_fenced(self, what: str, token: int | None = None) -> None:
+        """Invariant 3: a lifecycle write sent on time comes from the current Lease holder, with
+        the token it acquired. (A request delivered late is fenced by the API server alone: the
+        one pod name, UID preconditions, the CEL rule; those are what the other checks prove.)"""
+        if self.delivering or self.sender is None:
+            return
+        rep = self.senders[self.sender]
+        lease = self.get("Lease", mf.lease_name(RT))
+        spec = (lease or {}).get("spec") or {}
+        held = rep.executor.held.get((NS, RT))
+        if (held is None or spec.get("holderIdentity") != rep.identity
+                or int(spec.get("leaseTransitions") or 0) != held.token):
+            self.violation(f"{rep.identity}: {what} sent while it does not hold the Lease "
+                           f"(Lease: {spec.get('holderIdentity')} token {spec.get('leaseTransitions')}; "
+                           f"its token {held.token if held else None})")
+        elif token is not None and token != held.token:
+            self.violation(f"{rep.identity}: {what} with token {token}, but it holds token {held.token}")
+
+    def _check_delete(self, pod: dict[str, Any]) -> None:
+        """A pod Baton deletes is the one its persisted transition retires (by UID)."""
+        s = self.status()
+        uid = pod["metadata"]["uid"]
+        if s is None or s.transition is None or s.transition.from_uid != uid:
+            self.violation(f"{self.sender}: deleted pod uid {uid} that no persisted transition retires "
+                           f"(transition: {s.transition.from_uid if s and s.transition else None})")
+
+    def _check_status(self, old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> None:
+        if new.fencing_token < self.max_token:
+            self.violation(f"fencing token went back from {self.max_token} to {new.fencing_token}")
+        self.max_token = max(self.max_token, new.fencing_token)
+        if new.latest_generation < self.max_latest:
+            self.violation(f"latestGeneration went back from {self.max_latest} to {new.latest_generation}")
+        self.max_latest = max(self.max_latest, new.latest_generation)
+        if new.current is not None and (old.current is None or old.current.uid != new.current.uid):
+            if new.current.generation <= self.max_current:
+                self.violation(f"generation {new.current.generation} serves after {self.max_current}: reused")
+            self.max_current = max(self.max_current, new.current.generation)
+        # Invariant 2: a transition that takes a new number takes one above every number given out.
+        nt, ot = new.transition, old.transition
+        if nt is not None and nt.to is not None and (ot is None or ot.to != nt.to) and nt.to <= old.latest_generation:
+            self.violation(f"a transition takes generation {nt.to}, but latestGeneration was {old.latest_generation}: reused")
+        # Invariant 5: CleanupFailed=True is cleared only when that pod is gone or force-recovered.
+        was, now = old.condition(st.ConditionType.CLEANUP_FAILED), new.condition(st.ConditionType.CLEANUP_FAILED)
+        if was is not None and was.status == "True" and (now is None or now.status != "True"):
+            failure = old.last_cleanup_failure
+            fuid = failure.uid if failure else None
+            forced = new.transition is not None and new.transition.forced and new.transition.from_uid == fuid
+            if fuid is not None and fuid not in self.gone_uids and not forced:
+                self.violation(f"CleanupFailed cleared ({now.reason if now else 'removed'}) while pod uid {fuid} "
+                               "still exists and no force recovery was recorded")
+        if old.last_cleanup_failure is not None and new.last_cleanup_failure is None:
+            self.violation("lastCleanupFailure removed")
+        # A retirement recorded as a reset names a generation a person asked to reset.
+        old_keys = {(h.generation, h.uid) for h in old.history}
+        for h in new.history:
+            if (h.generation, h.uid) in old_keys:
+                continue
+            if h.outcome == st.Outcome.RESET and str(h.generation) not in self.resets_posted:
+                self.violation(f"generation {h.generation} retired as Reset, but no reset named it "
+                               f"(resets posted: {sorted(self.resets_posted)})")
+
+    def check_state(self) -> None:
+        """Invariant 1 (at every instant): at most one pod object, at most one serving."""
+        pods = [pd for pd in self.pods() if pd["metadata"].get("labels", {}).get(mf.LABEL_RUNTIME) == RT
+                or client.owned_by(pd, self.runtime_uid)]
+        live = [pd for pd in pods if not pd["metadata"].get("deletionTimestamp")]
+        if len(live) > 1:
+            self.violation(f"{len(live)} non-terminated pods: {[pd['metadata']['name'] for pd in live]}")
+        serving = [pd for pd in live if pd["metadata"]["labels"].get(mf.LABEL_SERVING) == "true"]
+        if len(serving) > 1:
+            self.violation("two serving pods")
+
+    def create_sent(self, replica: str, gen: int) -> None:
+        """Invariant 1/2, checked when a replica sends a create on time (the API server would
+        refuse a second pod of the name anyway: this is about the decision): every earlier
+        generation's pod the runtime knew of is gone by UID, or force-recovered; a generation
+        number is never sent again once a later one was."""
+        for uid, g in self.all_pod_uids.items():
+            if g is not None and g < gen and uid not in self.gone_uids and uid not in self.force_deleted:
+                self.violation(f"{replica}: create of g{gen} sent while g{g}'s pod uid {uid} still exists")
+        if self.creates_sent and gen < max(self.creates_sent):
+            self.violation(f"{replica}: create of g{gen} sent after g{max(self.creates_sent)}: a number reused")
+        s = self.status()
+        if s is not None and any(h.generation >= gen for h in s.history):
+            self.violation(f"{replica}: create of g{gen} sent, but history already has it")
+        self.creates_sent.append(gen)
+
+    # --- held requests -------------------------------------------------------------------------
+
+    def deliver(self, i: int) -> None:
+        h = self.held.pop(i)
+        self.delivering, self.sender, self.late_sent_rv = True, h.sender, h.rv
+        try:
+            self.handle(h.method, h.path, h.body, h.content_type)
+        except api.ApiError:
+            # Refused by the API server's own fences: what a late request should meet.
+            self.late_status_refused += h.what == "status"
+        finally:
+            self.delivering, self.sender, self.late_sent_rv = False, None, None
+
+    # --- claims (a consumer's records; Baton only writes their status) -----------------------
+
+    def create_claim(self, generation: int, state: str) -> str:
+        self.claim_seq += 1
+        name = f"claim-{self.claim_seq}"
+        self.create("ToolRuntimeClaim", {
+            "apiVersion": "baton.dev/v1alpha1", "metadata": {"name": name, "namespace": NS},
+            "spec": {"runtimeRef": {"name": RT}, "generation": generation, "fork": "plan-1",
+                     "branch": f"b{self.claim_seq}", "state": state}})
+        return name
+
+    def claims(self) -> list[dict[str, Any]]:
+        return [o for (k, _), o in self.objs.items() if k == "ToolRuntimeClaim"]
+
+    def release_claims(self) -> None:
+        for c in self.claims():
+            if c["spec"]["state"] in PINNING_STATES:
+                c = copy.deepcopy(c)
+                c["spec"]["state"] = "Released"
+                self.store("ToolRuntimeClaim", c)
+
+
+class FakeApi:
+    """Stands in for ``baton.k8s.api.Api``: the same two calls, answered by ``Server``."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def request(self, method: str, path: str, *, query: Any = None, body: Any = None,
+                      content_type: str = "application/json", timeout: float | None = None) -> Any:
+        s = self.server
+        body = json.loads(json.dumps(body)) if body is not None else None  # as it goes on the wire
+        what = None
+        if method == "POST" and "/pods" in path:
+            what = "create"
+        elif method == "PATCH" and path.endswith("/status"):
+            what = "status"
+        elif method == "DELETE" and "/pods/" in path:
+            what = "delete"
+        if what is not None and what in s.delay_next:
+            s.delay_next.discard(what)
+            s.held.append(Held(s.sender or "?", method, path, body, content_type, what, s.rv))
+            raise asyncio.TimeoutError(f"{what} request timed out (held in the network)")
+        return s.handle(method, path, body, content_type, query)
+
+    async def get_or_none(self, path: str) -> Any:
+        try:
+            return await self.request("GET", path)
+        except api.ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+
+class SimLocal(snapshot_mod.Local):
+    """snapshot.Local judged by the simulated monotonic clock."""
+
+    clock: Clock
+
+    def lease_unchanged_seconds(self, lease: dict[str, Any] | None) -> float:
+        rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
+        now = self.clock.monotonic()
+        if rv != self.lease_seen_rv:
+            self.lease_seen_rv, self.lease_seen_at = rv, now
+        return now - self.lease_seen_at
+
+
+LOOP = asyncio.new_event_loop()
+
+KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Service": "services",
+              "ToolRuntimeClaim": "claims"}
+
+
+class Replica:
+    """One operator process: its views (fed from the server's watch log, possibly lagging), its
+    executor (real) and its per-runtime local state. One `step` = one pass of runner._turn."""
+
+    def __init__(self, identity: str, server: Server, clock: Clock) -> None:
+        self.identity, self.server, self.clock = identity, server, clock
+        server.senders[identity] = self
+        self.paused_plan: tuple[snapshot_mod.Snapshot, p.Plan] | None = None
+        self.pause_before_fenced = False  # freeze at the next plan that changes pods
+        self.restart()
+
+    def restart(self) -> None:
+        """A crash and restart: every local fact is lost; the views are listed afresh."""
+        self.views = vw.Views(namespaces=(NS,), watch_configmaps=False, watch_secrets=False)
+        # The claims view is listed (the CRD installed, list granted), as in a real cluster: pins
+        # are known. Fed from the watch log below like the others; never run.
+        self.claims_informer = inf.Informer(
+            FakeApi(self.server), kind="ToolRuntimeClaim", group_version="baton.dev/v1alpha1",
+            plural="toolruntimeclaims", namespace=NS, store=self.views.claims)
+        self.claims_informer.synced.set()
+        self.views.informers.append(self.claims_informer)
+        self.woken = False
+        self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views)
+        self.local = SimLocal(identity=self.identity, lease_duration_seconds=LEASE_SECONDS, backoff_base_seconds=5.0)
+        self.local.clock = self.clock
+        self.cursor = 0
+        self.lagging = False
+        self.pause_before_fenced = False
+        self.paused_plan = None
+        self.last_wait: float | None = 0.0
+        self.catch_up()
+
+    def catch_up(self, upto: int | None = None) -> None:
+        """Deliver watch events up to `upto` (all by default)."""
+        end = len(self.server.events) if upto is None else min(upto, len(self.server.events))
+        for type_, kind, obj in self.server.events[self.cursor:end]:
+            store = getattr(self.views, KIND_STORE[kind])
+            if type_ == "DELETED":
+                store.delete(copy.deepcopy(obj))
+            else:
+                store.apply(copy.deepcopy(obj))
+        self.cursor = max(self.cursor, end)
+
+    def _run(self, coro: Any) -> Any:
+        """Run one coroutine to the end, as asyncio.run would (tasks it left, such as a Lease
+        renewer, are cancelled: the model drives renewals itself), on one loop kept for the
+        whole run (asyncio.run's loop setup and signal handling dominated the model's time)."""
+        self.server.sender = self.identity
+        try:
+            return LOOP.run_until_complete(coro)
+        finally:
+            self.server.sender = None
+            left = asyncio.all_tasks(LOOP)
+            for task in left:
+                task.cancel()
+            if left:
+                LOOP.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+
+    def renew(self) -> None:
+        if (NS, RT) in self.executor.held and self.paused_plan is None:
+            held = self.executor.held[(NS, RT)]
+            if self.clock.monotonic() - held.renewed >= max(0.5, held.duration / 3):
+                self._run(self.executor.renew_once((NS, RT), lambda: None))
+
+    def decide(self) -> tuple[snapshot_mod.Snapshot, p.Plan] | None:
+        if not self.lagging:
+            self.catch_up()
+        key = (NS, RT)
+        local = self.local
+        local.lease_held_here = self.executor.holds(key)
+        snap = self._run(snapshot_mod.read_snapshot(self.views, NS, RT, local))
+        if snap is None:
+            async def forget() -> None:  # as runner._forget, inside the loop
+                self.executor.drop(key)
+            self._run(forget())
+            return None
+        o = snap.observed
+        t = o.status.transition
+        if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid \
+                and self.executor.holds(key):
+            if any(pd["metadata"]["uid"] == t.from_uid for pd in snap.pods):
+                idle = not self.server.tool_busy
+                snap.observed = o = o.model_copy(update={"drain_idle": idle,
+                                                         "drain_probe_error": None if idle else "HTTP 503"})
+        plan = decide(o, self.clock.wall())
+        if plan.lease_wait or plan.find(p.AcquireLease):
+            if local.lock_wait_since is None:
+                local.lock_wait_since = self.clock.wall()
+        elif not self.executor.holds(key):
+            local.lock_wait_since = None
+        return snap, plan
+
+    def execute(self, snap: snapshot_mod.Snapshot, plan: p.Plan) -> bool:
+        for a in plan.actions:
+            if isinstance(a, p.CreatePod) and self.executor.holds((NS, RT)):
+                gen = int(a.manifest["metadata"]["labels"][mf.LABEL_GENERATION])
+                if "create" not in self.server.delay_next:
+                    self.server.create_sent(self.identity, gen)
+            if isinstance(a, p.ForceDeletePod) and self.executor.holds((NS, RT)):
+                self.server.force_deleted.add(a.uid)
+        self.woken = False
+        ok: bool = self._run(self.executor.execute(snap, plan, self.local, self.wake))
+        # Woken (a write refused for a stale resourceVersion, the runtime read again): decide
+        # again at once, as runner's queue would.
+        self.last_wait = (0.0 if self.woken else plan.wait_seconds) if ok else 1.0
+        return ok
+
+    def wake(self) -> None:
+        self.woken = True
+
+    def step(self) -> p.Plan | None:
+        """One pass; None when the runtime is gone."""
+        if self.paused_plan is not None:
+            return None
+        got = self.decide()
+        if got is None:
+            self.last_wait = None
+            return None
+        if self.pause_before_fenced and any(isinstance(a, p.FENCED) for a in got[1].actions):
+            self.pause_before_fenced = False
+            self.paused_plan = got
+            return None
+        self.execute(*got)
+        return got[1]
+
+    def pause(self) -> None:
+        """Decide, then freeze before acting (SIGSTOP): the plan is carried out on resume."""
+        if self.paused_plan is None:
+            got = self.decide()
+            if got is not None:
+                self.paused_plan = got
+
+    def resume(self) -> None:
+        if self.paused_plan is not None:
+            snap, plan = self.paused_plan
+            self.paused_plan = None
+            self.execute(snap, plan)
+
+
+def install(server: Server, clock: Clock) -> Callable[[], None]:
+    """Point baton.k8s.client and the executor's clock at the simulation; returns an undo."""
+    fake = FakeApi(server)
+    saved = (client._WORK, client._LEASES, execute.time, execute.utcnow)
+    client._WORK = client._LEASES = fake  # type: ignore[assignment]
+    execute.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
+    execute.utcnow = clock.wall  # type: ignore[assignment]
+
+    def undo() -> None:
+        client._WORK, client._LEASES, execute.time, execute.utcnow = saved  # type: ignore[assignment]
+
+    return undo
+
+
+def base_spec() -> dict[str, Any]:
+    return {
+        "template": {"metadata": {"labels": {"app": "search"}},
+                     "spec": {"containers": [{"name": "server", "image": "example/search:1"}]}},
+        "service": {"ports": [{"port": 80, "targetPort": 8080}]},
+        "budgets": dict(BUDGETS),
+        "drain": {"probe": {"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1}},
+        "recovery": {"onCleanupFailure": "Hold"},
+        "suspend": False,
+    }

@@ -1,0 +1,457 @@
+"""Issue 13, part 1: a stateful model check of the real decide/snapshot/executor code against a
+simulated API server (tests/model/sim.py), with 3 replicas, crashes, pauses, lagging watches,
+late requests and foreign actors. See docs/architecture.md, "Model check".
+
+CI runs a fixed, derandomized, short budget; `make model-check N=...` a long random one:
+    MODEL_EXAMPLES   examples (default 60)
+    MODEL_STEPS      rules per example (default 40)
+    MODEL_SEED       a seed (default: derandomized, the same run every time)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as hs
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from baton.lifecycle import manifests as mf
+from baton.model import status as st
+
+from . import sim
+
+pytestmark = [pytest.mark.unit, pytest.mark.model]
+
+EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "60"))
+STEPS = int(os.environ.get("MODEL_STEPS", "40"))
+SEED = os.environ.get("MODEL_SEED") or None
+
+REPLICAS = ("baton-a", "baton-b", "baton-c")
+replica_ix = hs.integers(0, len(REPLICAS) - 1)
+
+STATS: dict[str, Any] = {"examples": 0, "traces": set(), "rules": 0, "seconds": 0.0, "creates": 0,
+                         "handoffs": 0, "stale": 0, "cleanup_failures": 0, "force": 0, "removed": 0,
+                         "pin_waits": 0, "blocked": 0, "force_retired": 0, "late_status_refused": 0}
+
+
+class BatonModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = sim.Clock()
+        self.server = sim.Server(self.clock)
+        self.undo = sim.install(self.server, self.clock)
+        self.server.create_runtime(sim.base_spec())
+        self.replicas = [sim.Replica(name, self.server, self.clock) for name in REPLICAS]
+        self.trace: list[str] = []
+        self.started = time.monotonic()
+        self.claims_listed_at: dict[int, float] = {}  # replica -> when its claims view is listed again
+        self.forbidden = False  # the claims view forbidden to every replica
+
+    def _t(self, *parts: object) -> None:
+        self.trace.append(":".join(str(x) for x in parts))
+
+    # --- operators --------------------------------------------------------------------------
+
+    @initialize()
+    def start(self) -> None:
+        # A few passes so most examples begin with a generation serving.
+        self.run_for(6)
+
+    @rule(r=replica_ix, passes=hs.integers(1, 4))
+    def replica_steps(self, r: int, passes: int) -> None:
+        self._t("step", r, passes)
+        for _ in range(passes):
+            self.replicas[r].step()
+
+    @rule(r=replica_ix)
+    def crash_and_restart(self, r: int) -> None:
+        self._t("crash", r)
+        self.replicas[r].restart()  # its views listed afresh
+        self.claims_listed_at.pop(r, None)
+        if self.forbidden:
+            self.replicas[r].claims_informer.synced.clear()
+
+    @rule(r=replica_ix)
+    def pause(self, r: int) -> None:
+        self._t("pause", r)
+        self.replicas[r].pause()
+
+    @rule(r=replica_ix)
+    def resume(self, r: int) -> None:
+        self._t("resume", r)
+        self.replicas[r].resume()
+
+    @rule(r=replica_ix, lag=hs.booleans())
+    def watch_lag(self, r: int, lag: bool) -> None:
+        self._t("lag", r, lag)
+        self.replicas[r].lagging = lag
+
+    @rule(seconds=hs.sampled_from([1, 2, 3, 7]))
+    def time_passes(self, seconds: int) -> None:
+        self._t("time", seconds)
+        self.advance(seconds)
+
+    @rule(seconds=hs.sampled_from([3, 10, 20]))
+    def all_replicas_run(self, seconds: int) -> None:
+        """Time passes with every live replica acting when its plan asks (as in production)."""
+        self._t("run", seconds)
+        self.run_for(seconds)
+
+    @rule(r=replica_ix, seconds=hs.sampled_from([sim.LEASE_SECONDS + 2, 3 * sim.LEASE_SECONDS]))
+    def stale_holder(self, r: int, seconds: int) -> None:
+        """A replica decides, freezes (SIGSTOP) while the others run past its Lease, then
+        carries out the plan it decided before (SIGCONT)."""
+        self._t("stale-holder", r, seconds)
+        self.replicas[r].pause()
+        self.run_for(seconds)
+        self.replicas[r].resume()
+
+    @rule(r=replica_ix, template=hs.booleans(), holder=hs.booleans())
+    def frozen_before_acting(self, r: int, template: bool, holder: bool) -> None:
+        """As stale_holder, but the replica (with `holder`: the one holding the Lease, if any)
+        freezes exactly when its next plan would change a pod (create, relabel, delete): what
+        the fresh-Lease check and the API server fence."""
+        self._t("frozen-before-acting", r, template, holder)
+        if holder:
+            r = next((i for i, rep in enumerate(self.replicas) if (sim.NS, sim.RT) in rep.executor.held), r)
+        if template:
+            self.template_changes()
+        self.replicas[r].pause_before_fenced = True
+        self.run_for(3 * sim.LEASE_SECONDS)
+        self.replicas[r].pause_before_fenced = False
+        self.replicas[r].resume()
+
+    @rule(what=hs.sampled_from(["create", "status", "delete"]), seconds=hs.sampled_from([5, 20]))
+    def late_request(self, what: str, seconds: int) -> None:
+        """The next such request is held in the network while the replicas run on; then it arrives."""
+        self._t("late", what, seconds)
+        self.server.delay_next.add(what)
+        self.run_for(seconds)
+        self.server.delay_next.discard(what)
+        while self.server.held:
+            self.server.deliver(0)
+
+    @rule()
+    def late_delete_lands_on_the_next_pod(self) -> None:
+        """The next pod delete is held in the network until another pod of the runtime's name
+        exists (or 40 s), then arrives: only its UID precondition keeps it off that pod."""
+        self._t("late-delete-next-pod")
+        before = {pd["metadata"]["uid"] for pd in self.server.pods()}
+        self.server.delay_next.add("delete")
+        for _ in range(40):
+            self.run_for(1)
+            if self.server.held and any(pd["metadata"]["uid"] not in before for pd in self.server.pods()):
+                break
+        self.server.delay_next.discard("delete")
+        while self.server.held:
+            self.server.deliver(0)
+
+    @rule(what=hs.sampled_from(["create", "status", "delete"]))
+    def delay_next_request(self, what: str) -> None:
+        self._t("delay", what)
+        self.server.delay_next.add(what)
+
+    @precondition(lambda self: bool(self.server.held))
+    @rule(data=hs.data())
+    def deliver_late(self, data: hs.DataObject) -> None:
+        i = data.draw(hs.integers(0, len(self.server.held) - 1))
+        self._t("deliver", self.server.held[i].what)
+        self.server.deliver(i)
+
+    # --- the cluster and people -------------------------------------------------------------
+
+    @rule(stuck=hs.booleans())
+    def pod_stuck(self, stuck: bool) -> None:
+        self._t("stuck", stuck)
+
+        def fn(pod: dict[str, Any]) -> None:
+            fins = [f for f in pod["metadata"].get("finalizers") or [] if f != sim.STUCK_FINALIZER]
+            pod["metadata"]["finalizers"] = fins + ([sim.STUCK_FINALIZER] if stuck else [])
+
+        self.server.user_pod(fn)
+        if not stuck:
+            for pod in self.server.pods():
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp") and not meta.get("finalizers") and self.clock.t >= meta["_goneAt"]:
+                    self.server.remove("Pod", meta["name"])
+
+    @rule()
+    def pod_deleted_by_someone_else(self) -> None:
+        self._t("foreign-delete")
+        for pod in self.server.pods():
+            self.server.delete_pod(pod["metadata"]["name"], 1)
+
+    @rule()
+    def runtime_label_edited_off(self) -> None:
+        self._t("unlabel")
+        self.server.user_pod(lambda pod: pod["metadata"].get("labels", {}).pop(mf.LABEL_RUNTIME, None))
+
+    @rule(broken=hs.booleans())
+    def kubelet(self, broken: bool) -> None:
+        self._t("kubelet-broken", broken)
+        self.server.kubelet_broken = broken
+
+    @rule(busy=hs.booleans())
+    def tool_busy(self, busy: bool) -> None:
+        self._t("busy", busy)
+        self.server.tool_busy = busy
+
+    @rule()
+    def template_changes(self) -> None:
+        self._t("template")
+
+        def fn(rt: dict[str, Any]) -> None:
+            c = rt["spec"]["template"]["spec"]["containers"][0]
+            c["image"] = c["image"] + "1"
+
+        self.server.user_patch_runtime(fn)
+
+    @rule(stale=hs.booleans())
+    def reset(self, stale: bool) -> None:
+        s = self.server.status()
+        gen = s.current.generation if s is not None and s.current is not None else 1
+        value = str(gen - 1 if stale else gen)
+        self._t("reset", stale)
+        if not stale:
+            # A value below the current generation can never become valid (numbers only grow):
+            # only the others may ever reset a generation.
+            self.server.resets_posted.add(value)
+        self.server.user_patch_runtime(lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_RESET, value))
+
+    @rule(stale=hs.booleans())
+    def force_recovery(self, stale: bool) -> None:
+        s = self.server.status()
+        failed = s.last_cleanup_failure.generation if s is not None and s.last_cleanup_failure else 1
+        value = str(failed + 1 if stale else failed)
+        self._t("force", stale)
+        self.server.user_patch_runtime(
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RECOVERY, value))
+
+    @rule(suspend=hs.booleans())
+    def suspend(self, suspend: bool) -> None:
+        self._t("suspend", suspend)
+        self.server.user_patch_runtime(lambda rt: rt["spec"].__setitem__("suspend", suspend))
+
+    @rule(committed=hs.booleans())
+    def claim_pins(self, committed: bool) -> None:
+        """A consumer's branch depends on the serving generation: a claim that pins it."""
+        s = self.server.status()
+        gen = s.current.generation if s is not None and s.current is not None else 1
+        self._t("claim", committed)
+        self.server.create_claim(gen, "Committed" if committed else "CommitEligible")
+
+    @rule()
+    def claims_released(self) -> None:
+        self._t("release-claims")
+        self.server.release_claims()
+
+    @rule(stale=hs.booleans())
+    def force_retire(self, stale: bool) -> None:
+        s = self.server.status()
+        t = s.transition if s is not None else None
+        gen = t.from_ if t is not None and t.from_ is not None else 1
+        value = str(gen + 1 if stale else gen)
+        self._t("force-retire", stale)
+        self.server.user_patch_runtime(
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RETIRE, value))
+
+    @rule(r=replica_ix, seconds=hs.sampled_from([2, 5]))
+    def claims_not_listed_yet(self, r: int, seconds: int) -> None:
+        """A replica's claims view is not listed for a few seconds (a relist): pins unknown to it,
+        it fails closed meanwhile."""
+        self._t("claims-unlisted", r, seconds)
+        self.replicas[r].claims_informer.synced.clear()
+        self.claims_listed_at[r] = self.clock.t + seconds
+
+    @rule(forbidden=hs.booleans())
+    def claims_forbidden(self, forbidden: bool) -> None:
+        """Every replica's claims view forbidden (RBAC) until lifted: pins unknown, fail closed."""
+        self._t("claims-forbidden", forbidden)
+        self.forbidden = forbidden
+        for i, r in enumerate(self.replicas):
+            r.claims_informer.synced.clear() if forbidden else r.claims_informer.synced.set()
+            self.claims_listed_at.pop(i, None)
+
+    @precondition(lambda self: len(self.trace) >= STEPS // 2)  # late: most of a run has a runtime
+    @rule()
+    def runtime_deleted(self) -> None:
+        self._t("delete-runtime")
+        self.server.user_delete_runtime()
+
+    # --- time and a bounded run --------------------------------------------------------------
+
+    def advance(self, seconds: int) -> None:
+        for _ in range(seconds):
+            self.clock.t += 1.0
+            for i, at in list(self.claims_listed_at.items()):
+                if self.clock.t >= at:
+                    self.replicas[i].claims_informer.synced.set()
+                    del self.claims_listed_at[i]
+            self.server.tick()
+            for r in self.replicas:
+                r.renew()
+            self.server.check_state()
+
+    def run_for(self, seconds: int, *, budgets: dict[tuple[str, str], float] | None = None,
+                person: bool = False) -> None:
+        """Every live replica acts whenever its plan asks (as runner's queue would), for
+        `seconds` of simulated time; with `budgets`, each transition step is timed."""
+        wake = {r.identity: self.clock.t for r in self.replicas}
+        for _ in range(seconds):
+            for r in self.replicas:
+                if r.paused_plan is not None or (self.clock.t < wake[r.identity] and r.cursor == len(self.server.events)):
+                    continue
+                for _ in range(25):
+                    plan = r.step()
+                    if plan is None or r.last_wait != 0:
+                        break
+                w = r.last_wait
+                wake[r.identity] = self.clock.t + (5.0 if w is None else max(0.0, min(w, 5.0)))
+                self.server.check_state()
+            if budgets is not None:
+                self.time_steps(budgets)
+            if person:
+                self.person()
+            self.advance(1)
+
+    def time_steps(self, seen: dict[tuple[str, str], float]) -> None:
+        """Invariant 4: each step of a transition ends within its budget plus a slack (a Lease
+        handover, scheduling). CleanupFailed waits for a person by design; its wait is not timed.
+        A retire waiting for pins is timed by pinSeconds instead: past it, RetirementBlocked
+        (which then waits for the pins or a person, untimed)."""
+        s = self.server.status()
+        t = s.transition if s is not None else None
+        if s is None or t is None or not isinstance(t.step, st.Step) or t.step not in sim.STEP_BUDGET:
+            return
+        key = (t.step.value, t.step_started_at.isoformat())
+        budget = sim.STEP_BUDGET[t.step]
+        if t.pin_wait_since is not None:
+            if t.pin_blocked:
+                blocked = s.condition(st.ConditionType.RETIREMENT_BLOCKED)
+                if blocked is None or blocked.status != "True":
+                    self.server.violation(f"retire of generation {t.from_} blocked by pins, but RetirementBlocked is {blocked}")
+                return
+            key, budget = ("pins", t.pin_wait_since.isoformat()), sim.BUDGETS["pinSeconds"]
+        first = seen.setdefault(key, self.clock.t)
+        if t.step == st.Step.CREATING and t.not_before is not None:
+            budget += sim.BUDGETS["connectSeconds"]  # a refused create backs off inside connectSeconds
+        if self.clock.t - first > budget + sim.SLACK_SECONDS:
+            self.server.violation(f"step {key[0]} (since t={first:.0f}) still not done after "
+                                  f"{self.clock.t - first:.0f}s: budget {budget}s + slack {sim.SLACK_SECONDS}s")
+
+    def person(self) -> None:
+        """Someone on call: answers a held cleanup failure with the force-recovery it asks for."""
+        s = self.server.status()
+        rt = self.server.runtime()
+        if s is None or rt is None or s.transition is None or s.transition.step != st.Step.CLEANUP_FAILED:
+            return
+        if mf.ANN_FORCE_RECOVERY not in (rt["metadata"].get("annotations") or {}) and s.last_cleanup_failure:
+            value = str(s.last_cleanup_failure.generation)
+            self.server.user_patch_runtime(
+                lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RECOVERY, value))
+
+    @invariant()
+    def nothing_violated(self) -> None:
+        self.server.check_state()
+        assert not self.server.violations, "\n".join(self.server.violations)
+
+    def teardown(self) -> None:
+        try:
+            # Every paused replica wakes, every watch catches up, every held request arrives.
+            for r in self.replicas:
+                r.resume()
+                r.lagging = False
+            while self.server.held:
+                self.server.deliver(0)
+            # Timed run with the faults as they are, then healed, until it settles.
+            budgets: dict[tuple[str, str], float] = {}
+            self.run_for(30, budgets=budgets, person=True)
+            self.server.kubelet_broken = False
+            self.server.tool_busy = False
+            self.server.release_claims()
+            self.forbidden = False
+            for r in self.replicas:
+                r.claims_informer.synced.set()
+            self.run_for(120, budgets=budgets, person=True)
+            s = self.server.status()
+            if s is not None and s.current is None and s.retry is not None and s.retry.not_before is not None:
+                # Backing off after repeated failed starts (capped at 300 s): wait it out, then
+                # a generation must serve.
+                wait = (s.retry.not_before - self.clock.wall()).total_seconds()
+                if wait > 0:
+                    self.run_for(int(wait) + 30, budgets=budgets, person=True)
+            assert not self.server.violations, "\n".join(self.server.violations)
+            rt = self.server.runtime()
+            if self.server.runtime_removed:
+                assert rt is None
+            elif rt is not None and rt["metadata"].get("deletionTimestamp"):
+                raise AssertionError(f"runtime still not removed 150 s after its delete: {self.server.status()}")
+            else:
+                s = self.server.status()
+                assert s is not None
+                if not rt["spec"].get("suspend"):
+                    assert s.current is not None and s.transition is None, f"no generation serves after healing: {s}"
+            self._stats()
+        finally:
+            self.undo()
+
+    def _stats(self) -> None:
+        STATS["examples"] += 1
+        STATS["rules"] += len(self.trace)
+        STATS["traces"].add(hashlib.sha256("\n".join(self.trace).encode()).hexdigest())
+        STATS["seconds"] += time.monotonic() - self.started
+        STATS["creates"] += len(self.server.creates_sent)
+        STATS["removed"] += int(self.server.runtime_removed)
+        reasons = self.server.event_reasons
+        STATS["cleanup_failures"] += reasons.count(st.Reason.CLEANUP_FAILED.value)
+        STATS["force"] += reasons.count(st.Reason.FORCE_RECOVERED.value)
+        STATS["handoffs"] += reasons.count(st.Reason.TRANSITION_STARTED.value)
+        STATS["stale"] += sum(reasons.count(r.value) for r in (st.Reason.STALE_RESET, st.Reason.STALE_FORCE_RECOVERY,
+                                                               st.Reason.STALE_FORCE_RETIRE))
+        STATS["pin_waits"] += reasons.count(st.Reason.AWAITING_PIN_RELEASE.value)
+        STATS["blocked"] += reasons.count(st.Reason.PINNED_BY_COMMIT_ELIGIBLE_CLAIM.value)
+        STATS["force_retired"] += reasons.count(st.Reason.FORCE_RETIRED.value)
+        STATS["late_status_refused"] += self.server.late_status_refused
+
+
+BatonModel.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    derandomize=SEED is None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+    print_blob=True,
+    # MODEL_NO_SHRINK=1 (hack/mutations.py): report the first failing run as found, unshrunk.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate] if os.environ.get("MODEL_NO_SHRINK") else list(Phase),
+)
+if SEED is not None:
+    from hypothesis import seed as _seed
+
+    BatonModel.TestCase = _seed(int(SEED))(BatonModel.TestCase)
+
+
+class TestBatonModel(BatonModel.TestCase):  # type: ignore[misc,valid-type]
+    pass
+
+
+def teardown_module() -> None:
+    if STATS["examples"]:
+        line = (f"model check: {STATS['examples']} examples, {STATS['rules']} rules, "
+                f"{len(STATS['traces'])} distinct interleavings (rule-sequence hashes), "
+                f"{STATS['creates']} creates sent, {STATS['handoffs']} transitions, {STATS['stale']} stale verbs refused, "
+                f"{STATS['cleanup_failures']} cleanup failures, "
+                f"{STATS['force']} force recoveries, {STATS['removed']} runtimes removed, "
+                f"{STATS['pin_waits']} pinned retires, {STATS['blocked']} RetirementBlocked, "
+                f"{STATS['force_retired']} force-retires, {STATS['late_status_refused']} late status writes refused, "
+                f"{STATS['seconds']:.1f}s in examples")
+        print("\n" + line)
+        out = os.environ.get("MODEL_STATS_FILE")
+        if out:
+            with open(out, "a") as f:
+                f.write(line + "\n")
