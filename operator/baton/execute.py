@@ -196,7 +196,17 @@ class Executor:
             self._wrote(snap, await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]))
         elif isinstance(action, p.RemoveFinalizer):
             fins = [f for f in meta.get("finalizers") or [] if f != mf.FINALIZER]
-            self._wrote(snap, await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]))
+            written = await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"])
+            wmeta = (written or {}).get("metadata") or {}
+            if written is not None and wmeta.get("deletionTimestamp") and not wmeta.get("finalizers"):
+                # Deleting with no finalizer left: the API server has removed it. Its reply may
+                # carry the resourceVersion the view already has (so applying it changes
+                # nothing), and a pass woken before the watch's DELETED would still see our
+                # finalizer and take the Lease again: drop the runtime from the view now.
+                self.views.runtimes.delete(written)
+                snap.runtime = written
+            else:
+                self._wrote(snap, written)
         elif isinstance(action, p.RemoveAnnotation):
             removed = await runtimes.remove_annotation(ns, name, action.key, action.value)
             if removed is None:
