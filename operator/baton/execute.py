@@ -199,10 +199,9 @@ class Executor:
             written = await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"])
             wmeta = (written or {}).get("metadata") or {}
             if written is not None and wmeta.get("deletionTimestamp") and not wmeta.get("finalizers"):
-                # Deleting with no finalizer left: the API server has removed it. Its reply may
-                # carry the resourceVersion the view already has (so applying it changes
-                # nothing), and a pass woken before the watch's DELETED would still see our
-                # finalizer and take the Lease again: drop the runtime from the view now.
+                # Deleting with no finalizer left: the API server has removed it. A pass woken
+                # (by the Lease's or Service's DELETED) before the runtime's own DELETED arrives
+                # found it in the view with our finalizer and took the Lease again: drop it now.
                 self.views.runtimes.delete(written)
                 snap.runtime = written
             else:
