@@ -25,7 +25,7 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import apiproxy, baton
+from harness import apiproxy, baton, scenarios
 from harness.wait import WaitTimeout, wait_for
 
 RUNTIMES = ("alpha", "beta", "gamma")
@@ -550,22 +550,13 @@ def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV
     gets a bounded wait (GC_SECONDS): a replica whose view still had the runtime can create its
     Lease again just after the deletion finished (the Lease carries an ownerReference to the
     deleted runtime, so the garbage collector removes it); that is noted, not a violation."""
-    def exists(read: Callable[[], Any]) -> bool:
-        try:
-            read()
-            return True
-        except ApiException as e:
-            if e.status == 404:
-                return False
-            raise
-
     def left(name: str) -> list[str]:
         return [what for what, read in (
             ("runtime", lambda: rts.get(name)),
             ("pod", lambda: rts.core.read_namespaced_pod(name, rts.ns)),
             ("Service", lambda: rts.core.read_namespaced_service(name, rts.ns)),
             ("Lease", lambda: coord.read_namespaced_lease(f"baton-{name}", rts.ns)),
-        ) if exists(read)]
+        ) if scenarios.read_or_none(read) is not None]
 
     out = []
     for name in sorted(deleted):

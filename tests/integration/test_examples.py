@@ -11,7 +11,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
+from harness import baton, scenarios
 from harness.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,7 +37,7 @@ def agents(cluster: Any, crd: None, _namespace_reaper: list[str]) -> Iterator[st
     finalizers stripped (no operator runs any more), and it is deleted like every test namespace."""
     core = client.CoreV1Api(cluster.api_client)
     core.create_namespace({"metadata": {"name": NS, "labels": {"baton.dev/test": "true"}}})
-    wait_for(lambda: _exists(lambda: core.read_namespaced_service_account("default", NS)),
+    wait_for(lambda: scenarios.read_or_none(lambda: core.read_namespaced_service_account("default", NS)) is not None,
              timeout=30, what=f"ServiceAccount {NS}/default")
     try:
         yield NS
@@ -51,16 +51,6 @@ def agents(cluster: Any, crd: None, _namespace_reaper: list[str]) -> Iterator[st
             _ignore_404(lambda: core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0))
         core.delete_namespace(NS)
         _namespace_reaper.append(NS)
-
-
-def _exists(read: Callable[[], Any]) -> bool:
-    try:
-        read()
-        return True
-    except ApiException as e:
-        if e.status == 404:
-            return False
-        raise
 
 
 def _ignore_404(call: Callable[[], Any]) -> None:
