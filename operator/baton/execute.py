@@ -196,16 +196,16 @@ class Executor:
             self._wrote(snap, await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]))
         elif isinstance(action, p.RemoveFinalizer):
             fins = [f for f in meta.get("finalizers") or [] if f != mf.FINALIZER]
-            written = await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"])
-            wmeta = (written or {}).get("metadata") or {}
-            if written is not None and wmeta.get("deletionTimestamp") and not wmeta.get("finalizers"):
+            unfinalized = await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"])
+            wmeta = (unfinalized or {}).get("metadata") or {}
+            if unfinalized is not None and wmeta.get("deletionTimestamp") and not wmeta.get("finalizers"):
                 # Deleting with no finalizer left: the API server has removed it. A pass woken
                 # (by the Lease's or Service's DELETED) before the runtime's own DELETED arrives
                 # found it in the view with our finalizer and took the Lease again: drop it now.
-                self.views.runtimes.delete(written)
-                snap.runtime = written
+                self.views.runtimes.delete(unfinalized)
+                snap.runtime = unfinalized
             else:
-                self._wrote(snap, written)
+                self._wrote(snap, unfinalized)
         elif isinstance(action, p.RemoveAnnotation):
             removed = await runtimes.remove_annotation(ns, name, action.key, action.value)
             if removed is None:
