@@ -197,15 +197,13 @@ class Executor:
         elif isinstance(action, p.RemoveFinalizer):
             fins = [f for f in meta.get("finalizers") or [] if f != mf.FINALIZER]
             unfinalized = await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"])
+            self._wrote(snap, unfinalized)
             wmeta = (unfinalized or {}).get("metadata") or {}
             if unfinalized is not None and wmeta.get("deletionTimestamp") and not wmeta.get("finalizers"):
                 # Deleting with no finalizer left: the API server has removed it. A pass woken
                 # (by the Lease's or Service's DELETED) before the runtime's own DELETED arrives
                 # found it in the view with our finalizer and took the Lease again: drop it now.
                 self.views.runtimes.delete(unfinalized)
-                snap.runtime = unfinalized
-            else:
-                self._wrote(snap, unfinalized)
         elif isinstance(action, p.RemoveAnnotation):
             removed = await runtimes.remove_annotation(ns, name, action.key, action.value)
             if removed is None:
