@@ -204,6 +204,14 @@ class Executor:
                 # (by the Lease's or Service's DELETED) before the runtime's own DELETED arrives
                 # found it in the view with our finalizer and took the Lease again: drop it now.
                 self.views.runtimes.delete(unfinalized)
+        elif isinstance(action, p.ConfirmNoPod):
+            local.reads += 1
+            pod = await pods.read_pod(ns, action.pod)
+            if pod is not None and client.owned_by(pod, o.uid):
+                # Not in the views (label edited off, or created late): the next pass reads the
+                # name fresh (name_taken) and retires it before anything else goes.
+                local.name_taken = True
+                raise Superseded(f"pod {action.pod} uid={pod['metadata']['uid']} still exists: retire it first")
         elif isinstance(action, p.RemoveAnnotation):
             removed = await runtimes.remove_annotation(ns, name, action.key, action.value)
             if removed is None:

@@ -237,3 +237,36 @@ def test_replica_with_a_clock_30s_off_never_acts_on_a_runtime_another_holds(
     assert pod_watch.assert_one_at_a_time("skew") == [1, 2]
     for op in (a, ahead, behind):
         assert "fenced out by the API server" not in op.log_text()
+
+
+def test_an_owned_pod_no_view_selects_is_retired_before_the_runtime_goes(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any, namespace: str) -> None:
+    """A late create whose runtime label was then edited off (found by the model check): a pod of
+    the runtime's name, owned by it, that no label-selected view lists and no status names. When
+    the runtime is deleted, the GET by name before its finalizer goes (ConfirmNoPod) finds it:
+    Baton retires it while the runtime still exists; the garbage collector is not left to do it."""
+    operators("op-a")
+    rt = rts.create(baton.runtime_manifest("unseen", suspend=True))
+    wait_for(lambda: _condition(rts, "unseen", "Suspended").get("status") == "True", timeout=30,
+             what="unseen Suspended")
+    rts.core.create_namespaced_pod(rts.ns, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "unseen", "labels": {"app": "unseen"}, "ownerReferences": [{
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": "unseen",
+            "uid": rt["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "server", "image": "example/tool:1"}]}})
+    runtimes = baton.WatchLog(cluster.api_client, namespace, "toolruntimes")
+    try:
+        rts.delete("unseen")
+        wait_for(lambda: not rts.exists("unseen"), timeout=60, what="unseen removed")
+        wait_for(lambda: any(t == "DELETED" for t, _, _ in runtimes.snapshot()), timeout=10,
+                 what="the runtime's DELETED in the watch log")
+        [rt_deleted] = [rv for t, rv, _ in runtimes.snapshot() if t == "DELETED"]
+    finally:
+        runtimes.stop()
+    wait_for(lambda: pod_watch.deleted("unseen"), timeout=30, what="the unseen pod's DELETED")
+    terminating = [e for e in pod_watch.snapshot() if e.name == "unseen" and e.deleting]
+    assert terminating and terminating[0].resource_version < rt_deleted, (
+        f"pod deleted only after its runtime (rv {rt_deleted}): the garbage collector, not Baton")
+    assert pod_watch.deleted("unseen")[0].resource_version < rt_deleted
+    assert rts.pod("unseen") is None

@@ -440,6 +440,48 @@ class TestBatonModel(BatonModel.TestCase):  # type: ignore[misc,valid-type]
     pass
 
 
+@pytest.mark.parametrize("unlabelled", [False, True], ids=["decided-before-it-landed", "label-edited-off"])
+def test_a_late_create_landing_while_the_runtime_finalizes_is_retired_first(unlabelled: bool) -> None:
+    """Found by the long model run (seed 20261130): a pod create held in the network lands
+    after the holder decided "nothing left: remove the finalizer" (and, in the second case, the
+    runtime label is edited off the pod, so no label-selected view lists it). The plan's GET by
+    name (ConfirmNoPod) when it is carried out finds the pod; the runtime goes only after it."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        srv.delay_next.add("create")
+        m.pod_deleted_by_someone_else()  # the next create (g2) is held; the sender times out
+        m.run_for(10)  # ... and creates g3
+        assert [h.what for h in srv.held] == ["create"]
+        srv.user_delete_runtime()
+        holder = None
+        for _ in range(120):  # pass by pass until the holder has decided to finalize
+            for r in m.replicas:
+                r.step()
+                s = srv.status()
+                if s is not None and s.transition is not None and s.transition.step == st.Step.FINALIZING \
+                        and not srv.pods():
+                    holder = r
+                    break
+            if holder is not None:
+                break
+            m.advance(1)
+        assert holder is not None, "the runtime never reached Finalizing"
+        holder.pause()
+        assert holder.paused_plan is not None and "RemoveFinalizer" in holder.paused_plan[1].kinds()
+        srv.deliver(0)
+        assert [pd["metadata"]["name"] for pd in srv.pods()] == [mf.pod_name(sim.RT)], "the late create landed"
+        if unlabelled:
+            m.runtime_label_edited_off()
+        holder.resume()
+        m.run_for(30)
+        assert not srv.violations, "\n".join(srv.violations)
+        assert srv.runtime_removed and not srv.pods()
+    finally:
+        m.undo()
+
+
 def teardown_module() -> None:
     if STATS["examples"]:
         line = (f"model check: {STATS['examples']} examples, {STATS['rules']} rules, "

@@ -312,6 +312,8 @@ class World:
                 assert o.lease.holder == ME and o.lease_held_here, f"{a} without the Lease"
             if isinstance(a, p.AddFinalizer):
                 o = o.model_copy(update={"finalizers": (*o.finalizers, mf.FINALIZER)})
+            elif isinstance(a, p.ConfirmNoPod):
+                assert not [pd for pd in o.pods if pd.name == a.pod and pd.owned], f"{a}: the pod still stands"
             elif isinstance(a, p.RemoveFinalizer):
                 o = o.model_copy(update={"finalizers": tuple(f for f in o.finalizers if f != mf.FINALIZER)})
             elif isinstance(a, p.RemoveAnnotation):

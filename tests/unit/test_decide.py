@@ -604,7 +604,7 @@ RESUME: list[tuple[str, obs.Observed, list[Any], float | None]] = [
     ("Connecting", b.observed(status_=connecting(deadline=40.0), pods=(b.pending(8),), desired_hash=b.HASH2),
      [], 40.0),
     ("Finalizing", b.observed(status_=b.in_flight(DEL_FIN, gen=None), pods=(), deleting=True),
-     [p.DeleteLease(), p.RemoveFinalizer()], None),
+     [p.ConfirmNoPod(mf.pod_name(b.RT)), p.DeleteLease(), p.RemoveFinalizer()], None),
 ]
 
 
@@ -666,7 +666,7 @@ DELETE = [
     case("delete-finalizing-removes-service-lease-finalizer",
          b.observed(deleting=True, status_=b.in_flight(DEL_FIN, gen=None), pods=(),
                     service=obs.ServiceInfo(exists=True), spec_=b.spec(service=True)),
-         [p.DeleteService(), p.DeleteLease(), p.RemoveFinalizer()], None),
+         [p.ConfirmNoPod(mf.pod_name(b.RT)), p.DeleteService(), p.DeleteLease(), p.RemoveFinalizer()], None),
     case("delete-finalizing-stray-pod-retired-first",
          b.observed(deleting=True, status_=b.in_flight(DEL_FIN, gen=None), pods=(b.pod(9, serving=False),)),
          [WS({"transition.kind": "Delete", "transition.step": "StoppingAdmission", "transition.from_": 9,
@@ -895,7 +895,7 @@ def test_scenario_delete_mid_handoff_finalizes_without_creating() -> None:
     w.pod_event("uid-7", gone=True)
     kinds += drive(w, at(5))
     assert not any("CreatePod" in k for k in kinds)
-    assert kinds[-1] == ["DeleteService", "DeleteLease", "RemoveFinalizer"]
+    assert kinds[-1] == ["ConfirmNoPod", "DeleteService", "DeleteLease", "RemoveFinalizer"]
     assert w.service_deleted and w.lease_deleted and mf.FINALIZER not in w.o.finalizers
 
 

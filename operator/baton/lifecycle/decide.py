@@ -1364,7 +1364,9 @@ def _finalizing(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
                           generation=stray.generation, uid=stray.uid)
         status = _step_conditions(_base(o, now).model_copy(update={"transition": new_t}), o, now, new_t)
         return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} still stands: retire it first")
-    actions: list[p.Action] = []
+    # Nothing owned in view; the one pod name is read fresh first (ConfirmNoPod), so nothing the
+    # views cannot see is left behind.
+    actions: list[p.Action] = [p.ConfirmNoPod(mf.pod_name(o.name))]
     if o.service.exists and o.service.owned:
         actions.append(p.DeleteService())
     actions += [p.DeleteLease(), p.RemoveFinalizer()]

@@ -39,6 +39,16 @@ class RemoveFinalizer:
 
 
 @dataclasses.dataclass(frozen=True)
+class ConfirmNoPod:
+    """The authoritative GET of the runtime's one pod name, when the plan is carried out (not
+    when it was decided): a pod of that name owned by the runtime stops the plan, and the next
+    pass reads it and retires it. Views are label-selected, so a late create whose label was
+    edited off, or one that landed after this plan was decided, is seen only here."""
+
+    pod: str
+
+
+@dataclasses.dataclass(frozen=True)
 class RemoveAnnotation:
     """Remove a verb annotation only if it still holds `value` (the one acted on): a newer
     request written meanwhile is never lost."""
@@ -135,6 +145,7 @@ class SetClaimPhase:
 Action = Union[
     AddFinalizer,
     RemoveFinalizer,
+    ConfirmNoPod,
     RemoveAnnotation,
     AcquireLease,
     ReleaseLease,
