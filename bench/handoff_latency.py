@@ -12,12 +12,19 @@ Latency = from the template patch until the new pod is Ready and the old one is 
   Baton:      status.current.generation == N+1 and Ready=True (the old pod is confirmed gone first).
   Deployment: observedGeneration caught up, 1 updated + available replica, 1 pod in total.
 
-Usage: .venv/bin/python bench/handoff_latency.py [--rounds 15]
+Usage: .venv/bin/python bench/handoff_latency.py [--rounds 15] [--trace]
 (starts its own plane with hack/cluster.py in a temp dir and stops it; all traffic is loopback)
+
+--trace: the API server writes an audit log (request metadata), and the last round of Baton and
+of the Deployment are printed request by request: when each was received (ms after the template
+patch), how long the API server took, who sent it (baton, kube-controller-manager, scheduler,
+kwok, the bench's own polls left out), verb, object and code. That is where a handoff's time goes.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import statistics
 import subprocess
@@ -113,6 +120,36 @@ def deployment_round(apps: client.AppsV1Api, core: client.CoreV1Api, i: int) -> 
     return time.monotonic() - t0
 
 
+ACTORS = {"system:kube-controller-manager": "kcm", "system:kube-scheduler": "scheduler", "kwok": "kwok"}
+
+
+def trace(audit: Path, start: float, end: float, title: str) -> None:
+    """Print the requests the API server received between `start` and `end` (wall clock), but
+    for the bench's own polls, node heartbeats and leader elections."""
+    rows = []
+    for line in audit.read_text().splitlines():
+        ev = json.loads(line)
+        if ev.get("stage") != "ResponseComplete" or ev.get("verb") == "watch":
+            continue
+        received = datetime.datetime.fromisoformat(ev["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        done = datetime.datetime.fromisoformat(ev["stageTimestamp"].replace("Z", "+00:00")).timestamp()
+        if not start - 0.001 <= received <= end:
+            continue
+        ref = ev.get("objectRef") or {}
+        if ref.get("namespace") in ("kube-node-lease", "kube-system"):
+            continue
+        agent = ev.get("userAgent") or ""
+        user = ev["user"]["username"]
+        who = "baton" if agent.startswith("baton") else ACTORS.get(user, "bench" if agent.startswith("OpenAPI") else user)
+        if who == "bench" and ev["verb"] != "patch":
+            continue
+        obj = "/".join(x for x in (ref.get("resource"), ref.get("name"), ref.get("subresource")) if x)
+        rows.append((received - start, done - received, who, ev["verb"], obj, (ev.get("responseStatus") or {}).get("code")))
+    print(f"\n{title}: {end - start:.3f} s, {len(rows)} requests (ms after the patch, ms in the API server)")
+    for at, took, who, verb, obj, code in sorted(rows):
+        print(f"  {1000 * at:7.1f} {1000 * took:6.1f}  {who:9} {verb:7} {obj} {code}")
+
+
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
@@ -121,11 +158,13 @@ def pct(values: list[float], q: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--trace", action="store_true", help="print the last rounds' requests from an audit log")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baton-bench-"))
     py = sys.executable
-    subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(work / "plane")], check=True,
-                   stdout=subprocess.DEVNULL)
+    audit = work / "audit.log"
+    subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(work / "plane"),
+                    *(["--audit-log", str(audit)] if args.trace else [])], check=True, stdout=subprocess.DEVNULL)
     kubeconfig = str(work / "plane" / "kubeconfig")
     op: subprocess.Popen[bytes] | None = None
     try:
@@ -172,10 +211,15 @@ def main() -> int:
         b: list[float] = []
         c: list[float] = []
         d: list[float] = []
+        windows: dict[str, tuple[float, float]] = {}
         for i in range(1, args.rounds + 1):
+            t = time.time()
             b.append(baton_round(custom, i))
+            windows["baton"] = (t, time.time())
             c.append(baton_round(custom, i, "claimed", claims=True))
+            t = time.time()
             d.append(deployment_round(apps, core, i))
+            windows["recreate"] = (t, time.time())
         print(f"rounds: {args.rounds} (interleaved, same cluster, same pod template, grace 1 s)")
         print(f"{'':12} {'p50 s':>8} {'p95 s':>8} {'mean s':>8}")
         for label, xs in (("baton", b), (f"+{CLAIMS} claims", c), ("recreate", d)):
@@ -185,6 +229,10 @@ def main() -> int:
         print(f"{CLAIMS} unreferenced claims on the retired generation add: "
               f"p50 {1000 * (statistics.median(c) - statistics.median(b)):+.0f} ms, "
               f"mean {1000 * (statistics.mean(c) - statistics.mean(b)):+.0f} ms")
+        if args.trace:
+            time.sleep(1.5)  # the audit log's last lines
+            for label, (start, end) in windows.items():
+                trace(audit, start, end, f"last {label} round")
         return 0
     finally:
         if op is not None:

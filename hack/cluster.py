@@ -324,9 +324,10 @@ def _ours(d: Path, name: str, pid: int, state: dict[str, Any]) -> bool:
 
 
 class Plane:
-    def __init__(self, d: Path, bin_dir: Path) -> None:
+    def __init__(self, d: Path, bin_dir: Path, audit_log: Path | None = None) -> None:
         self.dir = d.resolve()
         self.bin = bin_dir
+        self.audit_log = audit_log
         self.pki = self.dir / "pki"
         self.logs = self.dir / "logs"
         self.run = self.dir / "run"
@@ -397,6 +398,16 @@ class Plane:
             time.sleep(interval)
         raise PlaneError(f"timed out waiting for {what}" + (f": {last_err}" if last_err else ""))
 
+    def _audit_args(self) -> list[str]:
+        """With an audit log (benchmarks' traces): every request's metadata and timestamps."""
+        if self.audit_log is None:
+            return []
+        policy = self.run / "audit-policy.yaml"
+        policy.write_text("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                          "rules:\n- level: Metadata\n")
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json", "--audit-log-maxbackup=1"]
+
     def up(self, timeout: float = 120.0, die_with_parent: bool = False) -> dict[str, Any]:
         t0 = time.monotonic()
         deadline = t0 + timeout
@@ -462,6 +473,7 @@ class Plane:
             "--allow-privileged=true",
             "--profiling=false",
             f"--cert-dir={self.run / 'apiserver'}",
+            *self._audit_args(),
         ], {"GOMEMLIMIT": "600MiB"}, die_with_parent)
         # The clients start once the API server is ready: kube-controller-manager exits at once
         # when it cannot read its request-header CA from the API server (seen under load).
@@ -584,7 +596,7 @@ def running(d: Path) -> bool:
 
 
 def up(d: Path, bin_dir: Path | None = None, timeout: float = 120.0,
-       die_with_parent: bool = False) -> dict[str, Any]:
+       die_with_parent: bool = False, audit_log: Path | None = None) -> dict[str, Any]:
     d = d.resolve()
     if read_pids(d):
         if running(d) and (d / "kubeconfig").exists():
@@ -594,7 +606,7 @@ def up(d: Path, bin_dir: Path | None = None, timeout: float = 120.0,
         down(d, keep_logs=True)
     bin_dir = bin_dir or find_bin_dir()
     for attempt in (1, 2):
-        plane = Plane(d, bin_dir)
+        plane = Plane(d, bin_dir, audit_log=audit_log.resolve() if audit_log else None)
         try:
             state = plane.up(timeout=timeout, die_with_parent=die_with_parent)
             break
@@ -682,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--dir", required=True, type=Path)
     p_up.add_argument("--bin-dir", default=None)
     p_up.add_argument("--timeout", type=float, default=120.0, help="seconds to become healthy")
+    p_up.add_argument("--audit-log", type=Path, default=None,
+                      help="write the API server's audit log (metadata of every request) to this file")
     p_down = sub.add_parser("down", help="stop the processes `up` started and remove its files")
     p_down.add_argument("--dir", required=True, type=Path)
     p_down.add_argument("--keep-logs", action="store_true", help="keep DIR/logs")
@@ -691,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd == "up":
             bin_dir = find_bin_dir(args.bin_dir)
-            state = up(args.dir, bin_dir, timeout=args.timeout)
+            state = up(args.dir, bin_dir, timeout=args.timeout, audit_log=args.audit_log)
             print(state["kubeconfig"])
         elif args.cmd == "down":
             stopped = down(args.dir, keep_logs=args.keep_logs)

@@ -262,27 +262,36 @@ RETIRE = [
                     desired_hash=b.HASH2),
          [WS({"transition.step": "Terminating", "transition.drain_incomplete": True, "transition.deadline": at(60)}),
           step_time("StoppingAdmission"), Ev("Warning", "DrainIncomplete", "could not be taken out of the Service"),
-          Rec(M.DRAIN_INCOMPLETE)], 0),
+          Rec(M.DRAIN_INCOMPLETE), p.DeletePod(name(7), "uid-7", 30)], 0),
     case("stopping-admission-waits-for-endpointslices",
          b.observed(status_=retiring(S.STOPPING_ADMISSION), pods=(OLD_QUIET,), spec_=b.spec(service=True),
                     endpoints_list_retiring_pod=True, desired_hash=b.HASH2),
          [], 20.0),
     case("stopping-admission-endpointslices-clear-advances-to-draining",
-         b.observed(status_=retiring(S.STOPPING_ADMISSION), pods=(OLD_QUIET,), spec_=b.spec(service=True),
+         b.observed(status_=retiring(S.STOPPING_ADMISSION), pods=(OLD_QUIET,), spec_=b.spec(service=True, probe=True),
                     endpoints_list_retiring_pod=False, desired_hash=b.HASH2),
          [WS({"transition.step": "Draining", "transition.deadline": at(20), "transition.to": 8,
               "transition.step_started_at": NOW, "Ready": ("False", "Draining")}),
           step_time("StoppingAdmission", 10.0)], 0),
-    case("stopping-admission-without-service-advances",
+    # No probe: nothing to drain, so Draining is not written; Terminating and the delete go in
+    # one plan (the delete is sent only once Terminating is persisted).
+    case("stopping-admission-endpointslices-clear-no-probe-terminates",
+         b.observed(status_=retiring(S.STOPPING_ADMISSION), pods=(OLD_QUIET,), spec_=b.spec(service=True),
+                    endpoints_list_retiring_pod=False, desired_hash=b.HASH2),
+         [WS({"transition.step": "Terminating", "transition.deadline": at(60), "transition.drain_incomplete": False,
+              "Ready": ("False", "Terminating")}),
+          step_time("StoppingAdmission", 10.0), p.DeletePod(name(7), "uid-7", 30)], 0),
+    case("stopping-admission-without-service-or-probe-terminates",
          b.observed(status_=retiring(S.STOPPING_ADMISSION), pods=(OLD_QUIET,), desired_hash=b.HASH2),
-         [WS({"transition.step": "Draining", "transition.deadline": at(20)}), step_time("StoppingAdmission")], 0),
+         [WS({"transition.step": "Terminating", "transition.deadline": at(60)}), step_time("StoppingAdmission"),
+          p.DeletePod(name(7), "uid-7", 30)], 0),
     case("stopping-admission-drain-deadline-passes-drain-incomplete",
          b.observed(status_=retiring(S.STOPPING_ADMISSION, deadline=-1.0), pods=(OLD_QUIET,),
                     spec_=b.spec(service=True), endpoints_list_retiring_pod=True, desired_hash=b.HASH2),
          [WS({"transition.step": "Terminating", "transition.drain_incomplete": True,
               "transition.deadline": at(60)}),  # cleanupSeconds from here
           step_time("StoppingAdmission"), Ev("Warning", "DrainIncomplete", "EndpointSlices"),
-          Rec(M.DRAIN_INCOMPLETE)], 0),
+          Rec(M.DRAIN_INCOMPLETE), p.DeletePod(name(7), "uid-7", 30)], 0),
     case("draining-waits-probe-period",
          b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), spec_=b.spec(probe=True),
                     drain_idle=False, desired_hash=b.HASH2),
@@ -296,15 +305,17 @@ RETIRE = [
                     drain_idle=True, desired_hash=b.HASH2),
          [WS({"transition.step": "Terminating", "transition.drain_incomplete": False,
               "transition.deadline": at(60), "Ready": ("False", "Terminating")}),
-          step_time("Draining", 10.0)], 0),
+          step_time("Draining", 10.0), p.DeletePod(name(7), "uid-7", 30)], 0),
     case("draining-without-probe-advances",
          b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), desired_hash=b.HASH2),
-         [WS({"transition.step": "Terminating", "transition.drain_incomplete": False}), step_time("Draining")], 0),
+         [WS({"transition.step": "Terminating", "transition.drain_incomplete": False}), step_time("Draining"),
+          p.DeletePod(name(7), "uid-7", 30)], 0),
     case("draining-deadline-records-drain-incomplete",
          b.observed(status_=retiring(S.DRAINING, deadline=0.0), pods=(OLD_QUIET,), spec_=b.spec(probe=True),
                     drain_idle=False, desired_hash=b.HASH2),
          [WS({"transition.step": "Terminating", "transition.drain_incomplete": True, "transition.deadline": at(60)}),
-          step_time("Draining"), Ev("Warning", "DrainIncomplete", "drain probe"), Rec(M.DRAIN_INCOMPLETE)], 0),
+          step_time("Draining"), Ev("Warning", "DrainIncomplete", "drain probe"), Rec(M.DRAIN_INCOMPLETE),
+          p.DeletePod(name(7), "uid-7", 30)], 0),
     case("terminating-deletes-by-uid-with-grace",
          b.observed(status_=retiring(S.TERMINATING, deadline=90.0), pods=(OLD_QUIET,),
                     spec_=b.spec(termination_grace_seconds=45, cleanup_seconds=90), desired_hash=b.HASH2),
@@ -809,7 +820,7 @@ WRITES = [
          b.observed(status_=retiring(S.STOPPING_ADMISSION, conditions=b.steady_conditions(
              7, Ready=b.cond(C.READY, False, "StoppingAdmission", since=at(-30)),
              Progressing=b.cond(C.PROGRESSING, True, "StoppingAdmission", since=at(-30)))),
-             pods=(OLD_QUIET,), desired_hash=b.HASH2),
+             pods=(OLD_QUIET,), spec_=b.spec(probe=True), desired_hash=b.HASH2),
          [WS({"transition.step": "Draining", "Progressing": ("True", "Draining"),
               "Progressing.last_transition_time": at(-30), "Ready.last_transition_time": at(-30)}),
           step_time("StoppingAdmission")], 0),
@@ -875,7 +886,7 @@ def test_scenario_handoff_retires_before_creating() -> None:
     assert drive(w, NOW) == [["AcquireLease"], ["WriteStatus", "Event", "Record"], ["SetServing"],
                              ["WriteStatus", "Record"], []]  # Draining: probe not idle yet
     w.o = w.o.model_copy(update={"drain_idle": True})
-    assert drive(w, at(2)) == [["WriteStatus", "Record"], ["DeletePod"], ["WriteStatus", "Record"], []]
+    assert drive(w, at(2)) == [["WriteStatus", "Record", "DeletePod"], ["WriteStatus", "Record"], []]
     assert [q.generation for q in w.o.pods] == [7]  # nothing new while g7 terminates
     w.pod_event("uid-7", gone=True)
     assert drive(w, at(10)) == [["WriteStatus", "Record", "Record"], ["CreatePod"], ["WriteStatus", "Record"], []]
@@ -891,7 +902,7 @@ def test_scenario_delete_mid_handoff_finalizes_without_creating() -> None:
     w = b.World(b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), desired_hash=b.HASH2, deleting=True,
                            service=obs.ServiceInfo(exists=True)))
     kinds = drive(w, NOW)
-    assert kinds[:3] == [["WriteStatus"], ["WriteStatus", "Record"], ["DeletePod"]]
+    assert kinds[:2] == [["WriteStatus"], ["WriteStatus", "Record", "DeletePod"]]
     w.pod_event("uid-7", gone=True)
     kinds += drive(w, at(5))
     assert not any("CreatePod" in k for k in kinds)
