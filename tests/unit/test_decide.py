@@ -45,6 +45,12 @@ def started(kind: str) -> list[Any]:
     return [Ev("Normal", "TransitionStarted"), Rec(M.TRANSITIONS, (("kind", kind),))]
 
 
+def stopped_and_started(kind: str) -> list[Any]:
+    """A retire of the serving g7 that nothing pins: its label flip goes in the plan that
+    persists StoppingAdmission, right after the status write."""
+    return [p.SetServing(name(7), "uid-7", False), *started(kind)]
+
+
 def stale(verb: str) -> list[Any]:
     reason, key = ("StaleReset", RESET) if verb == "reset" else ("StaleForceRecovery", FORCE)
     return [Ev("Warning", reason), Unannotate(key), Rec(M.STALE_VERBS, (("verb", verb),))]
@@ -194,14 +200,14 @@ START = [
              "Progressing.last_transition_time": NOW,  # False -> True: flips
              "CleanupFailed.last_transition_time": b.EARLIER,  # unchanged
              "Degraded.last_transition_time": b.EARLIER})),
-          *started("Handoff")], 0),
+          *stopped_and_started("Handoff")], 0),
     case("template-change-with-missing-config-keeps-old-generation",
          b.observed(desired_hash=b.HASH2, missing_config_refs=("ConfigMap/search-config",)),
          [WS({"transition": None, "current.generation": 7, "Degraded": ("True", "ConfigRefMissing"),
               "Degraded.message": "missing: ConfigMap/search-config", "Ready": ("True", "GenerationReady")})], 0),
     case("reset-valid-hands-off-same-template",
          b.observed(annotations={RESET: "7"}),
-         [WS(handoff(**{"transition.trigger": "Reset"})), *started("Handoff"), Unannotate(RESET, "7")], 0),
+         [WS(handoff(**{"transition.trigger": "Reset"})), *stopped_and_started("Handoff"), Unannotate(RESET, "7")], 0),
     case("reset-valid-needs-lease-first", b.observed(annotations={RESET: "7"}, lease=b.lease_free(5)),
          [p.AcquireLease(token=6)], 0),
     case("reset-stale-older-generation", b.observed(annotations={RESET: "6"}),
@@ -218,14 +224,14 @@ START = [
          [WS(handoff(**{"transition.trigger": "PodLost"})), *started("Handoff"),
           Ev("Warning", "PodLost", "handing off to g8")], 0),
     case("pod-lost-failed-phase", b.observed(pods=(b.pod(7, phase="Failed", ready=False),)),
-         [WS(handoff(**{"transition.trigger": "PodLost"})), *started("Handoff"), Ev("Warning", "PodLost")], 0),
+         [WS(handoff(**{"transition.trigger": "PodLost"})), *stopped_and_started("Handoff"), Ev("Warning", "PodLost")], 0),
     case("pod-lost-deleted-by-someone-else", b.observed(pods=(OLD_DELETING,)),
          [WS(handoff(**{"transition.trigger": "PodLost"})), *started("Handoff"), Ev("Warning", "PodLost")], 0),
     case("numbers-next-above-latest-generation", b.observed(pods=(), status_=b.status(latest=12)),
          [WS(handoff(**{"transition.trigger": "PodLost", "transition.to": 13, "latest_generation": 13})),
           *started("Handoff"), Ev("Warning", "PodLost")], 0),
     case("numbers-next-above-history", b.observed(desired_hash=b.HASH2, status_=b.status(history=b.history(5, 9))),
-         [WS(handoff(**{"transition.to": 10, "latest_generation": 10})), *started("Handoff")], 0),
+         [WS(handoff(**{"transition.to": 10, "latest_generation": 10})), *stopped_and_started("Handoff")], 0),
     case("numbers-next-above-any-pod-label",
          b.observed(status_=connecting(deadline=40.0),
                     pods=(b.pod(8, phase="Failed", ready=False, serving=False),
@@ -580,7 +586,7 @@ LEASE = [
          b.observed(desired_hash=b.HASH2, lease=b.lease_mine(6),
                     status_=b.status(conditions=b.steady_conditions(
                         7, Degraded=b.cond(C.DEGRADED, True, "LockTimeout", since=at(-29))))),
-         [WS(handoff(fencing_token=6, Degraded=("False", "Healthy"))), *started("Handoff")], 0),
+         [WS(handoff(fencing_token=6, Degraded=("False", "Healthy"))), *stopped_and_started("Handoff")], 0),
     case("lock-timeout-cleared-when-idle-again",
          b.observed(status_=b.status(conditions=b.steady_conditions(
              7, Degraded=b.cond(C.DEGRADED, True, "LockTimeout", since=at(-29))))),
@@ -651,7 +657,7 @@ DELETE = [
          b.observed(deleting=True),
          [WS({"transition.kind": "Delete", "transition.trigger": "Deleted", "transition.from_": 7,
               "transition.from_uid": "uid-7", "transition.to": None, "transition.step": "StoppingAdmission",
-              "transition.deadline": at(30), "latest_generation": 7}), *started("Delete")], 0),
+              "transition.deadline": at(30), "latest_generation": 7}), *stopped_and_started("Delete")], 0),
     case("delete-idle-nothing-runs-goes-to-finalizing",
          b.observed(deleting=True, pods=(), status_=b.status(gen=None, latest=7, history=b.history(7))),
          [WS({"transition.kind": "Delete", "transition.step": "Finalizing", "transition.to": None}),
@@ -734,7 +740,7 @@ GUARDS = [
     case("suspend-retires-current",
          b.observed(spec_=b.spec(suspend=True)),
          [WS({"transition.kind": "Retire", "transition.trigger": "Suspended", "transition.from_": 7,
-              "transition.to": None, "transition.step": "StoppingAdmission"}), *started("Retire")], 0),
+              "transition.to": None, "transition.step": "StoppingAdmission"}), *stopped_and_started("Retire")], 0),
     case("suspend-retire-done-starts-none",
          b.observed(spec_=b.spec(suspend=True), pods=(),
                     status_=retiring(S.AWAITING_POD_GONE, kind=K.RETIRE, trigger=T.SUSPENDED, to=None)),
@@ -883,7 +889,7 @@ def test_scenario_handoff_retires_before_creating() -> None:
     w = b.World(b.observed(spec_=b.spec(service=True, probe=True), desired_hash=b.HASH2, lease=b.lease_free(5),
                            service=obs.ServiceInfo(exists=True, selector=mf.service_selector(b.RT),
                                                    ports=b.SERVICE.ports, session_affinity="ClientIP")))
-    assert drive(w, NOW) == [["AcquireLease"], ["WriteStatus", "Event", "Record"], ["SetServing"],
+    assert drive(w, NOW) == [["AcquireLease"], ["WriteStatus", "SetServing", "Event", "Record"],
                              ["WriteStatus", "Record"], []]  # Draining: probe not idle yet
     w.o = w.o.model_copy(update={"drain_idle": True})
     assert drive(w, at(2)) == [["WriteStatus", "Record", "DeletePod"], ["WriteStatus", "Record"], []]

@@ -41,6 +41,10 @@ def waiting(policy: P, *, since: float = -10.0, template_hash: str = b.HASH2,
                     conditions=conds)
 
 
+# The serving g7 taken out of its Service in the plan that starts its retire (nothing pins it).
+FLIP = p.SetServing(b.name(7), "uid-7", False)
+
+
 def case(id: str, o: obs.Observed, expected: list[Any], wait: float | None, now: datetime.datetime = NOW) -> Any:
     return pytest.param(o, now, expected, wait, id=id)
 
@@ -52,7 +56,7 @@ CASES = [
     case("immediate-hands-off-at-once",
          b.observed(spec_=spec(P.IMMEDIATE), desired_hash=b.HASH2),
          [WS({**BEGIN_HANDOFF, "transition.trigger": T.TEMPLATE_CHANGED, "pending": None}),
-          Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),))], 0),
+          FLIP, Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),))], 0),
     case("when-idle-first-seen-is-recorded-not-handed-off",
          b.observed(spec_=spec(P.WHEN_IDLE), desired_hash=b.HASH2),
          [WS({"transition": None, "pending.template_hash": b.HASH2, "pending.since": NOW,
@@ -75,20 +79,20 @@ CASES = [
          b.observed(spec_=spec(P.MANUAL), status_=waiting(P.MANUAL), desired_hash=b.HASH2,
                     annotations={mf.ANN_RESET: "7"}),
          [WS({**BEGIN_HANDOFF, **TAKEN_UP, "transition.trigger": T.RESET}),
-          Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),)),
+          FLIP, Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),)),
           Unannotate(mf.ANN_RESET, "7")], 0),
     case("manual-suspend-is-not-delayed",
          b.observed(spec_=spec(P.MANUAL, suspend=True), status_=waiting(P.MANUAL), desired_hash=b.HASH2),
          [WS({"transition.kind": K.RETIRE, "transition.trigger": T.SUSPENDED, **TAKEN_UP}),
-          Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Retire"),))], 0),
+          FLIP, Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Retire"),))], 0),
     case("manual-deletion-is-not-delayed",
          b.observed(spec_=spec(P.MANUAL), status_=waiting(P.MANUAL), desired_hash=b.HASH2, deleting=True),
          [WS({"transition.kind": K.DELETE, "transition.trigger": T.DELETED, **TAKEN_UP}),
-          Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Delete"),))], 0),
+          FLIP, Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Delete"),))], 0),
     case("when-idle-lost-pod-is-not-delayed",
          b.observed(spec_=spec(P.WHEN_IDLE), status_=waiting(P.WHEN_IDLE), desired_hash=b.HASH2,
                     pods=(b.pod(7, phase="Failed"),)),
-         [WS({"transition.trigger": T.POD_LOST, **TAKEN_UP}), Ev("Normal", "TransitionStarted"),
+         [WS({"transition.trigger": T.POD_LOST, **TAKEN_UP}), FLIP, Ev("Normal", "TransitionStarted"),
           p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),)), Ev("Warning", "PodLost")], 0),
     case("when-idle-due-check-takes-the-lease-to-probe",
          b.observed(spec_=spec(P.WHEN_IDLE), status_=waiting(P.WHEN_IDLE), desired_hash=b.HASH2, lease=b.lease_free()),
@@ -113,7 +117,7 @@ CASES = [
          b.observed(spec_=spec(P.WHEN_IDLE), status_=waiting(P.WHEN_IDLE), desired_hash=b.HASH2,
                     drain_idle=True, idle_checked_at=NOW),
          [WS({**BEGIN_HANDOFF, **TAKEN_UP, "transition.message": "WhenIdle: the drain probe said idle"}),
-          Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),))], 0),
+          FLIP, Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),))], 0),
     case("when-idle-past-pending-seconds-hands-off-anyway",
          b.observed(spec_=spec(P.WHEN_IDLE), status_=waiting(P.WHEN_IDLE, since=-600), desired_hash=b.HASH2,
                     lease=b.lease_free(), idle_checked_at=at(-1)),
@@ -123,7 +127,7 @@ CASES = [
                     drain_idle=False),
          [WS({**BEGIN_HANDOFF, **TAKEN_UP,
               "transition.message": "WhenIdle: not idle within budgets.pendingSeconds=600; handing off anyway"}),
-          Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),))], 0),
+          FLIP, Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),))], 0),
     case("change-undone-clears-the-pending-change",
          b.observed(spec_=spec(P.MANUAL), status_=waiting(P.MANUAL), desired_hash=b.HASH),
          [WS({**TAKEN_UP, "transition": None, "UpdatePending.message": "the spec matches the serving generation"})], 0),

@@ -584,6 +584,18 @@ def _handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> 
     return _with_lease(o, now, lambda: p.Plan((), 0, "WhenIdle: probe"))
 
 
+def _stop_admission_now(o: obs.Observed, t: st.Transition, now: datetime.datetime,
+                        old: obs.PodInfo | None) -> tuple[p.Action, ...]:
+    """The label flip the next pass would make at once (StoppingAdmission, nothing pins the
+    generation, no verb to answer first), sent in the plan that persists the step: a handoff's
+    critical path is one pass shorter. `o` carries the status being written."""
+    if old is None or t.step != S.STOPPING_ADMISSION or t.pin_wait_since is not None:
+        return ()
+    then = _stopping_admission(o, t, now)
+    flip = p.SetServing(old.name, old.uid, False)
+    return (flip,) if then.actions == (flip,) else ()
+
+
 def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     status = _base(o, now)
     degraded = status.condition(C.DEGRADED)
@@ -615,6 +627,7 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
         status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
     actions: list[p.Action] = [
         p.WriteStatus(status),
+        *_stop_admission_now(o.model_copy(update={"status": status}), t, now, old),
         *pin_events,
         # The Service exists before the first generation is Ready (it selects nothing until then).
         *_service_actions(o),
