@@ -70,6 +70,22 @@ class Proc:
         return int(m.group(1)) / 1024 if m else float("nan")
 
 
+def machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU-seconds of the whole machine since boot, from /proc/stat."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks) - idle) / TICKS, sum(ticks) / TICKS
+
+
+def plane_procs(plane: Path) -> dict[str, Proc]:
+    """The local plane's processes (hack/cluster.py writes "name pid" lines to DIR/pids)."""
+    out = {}
+    for line in (plane / "pids").read_text().splitlines():
+        name, pid = line.split()
+        out[name] = Proc(int(pid))
+    return out
+
+
 def scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         return str(r.read().decode())
@@ -202,6 +218,9 @@ def main() -> int:
         k = min(args.changes, n)
         changed = {f"rt-{i:04d}" for i in range(k)}
         cpu1 = sum(p.cpu() for p in procs)
+        plane = plane_procs(work / "plane")
+        plane0 = {name: pr.cpu() for name, pr in plane.items()}
+        busy0, total0 = machine_busy()
         t0 = time.monotonic()
         parallel(lambda i: custom.patch_namespaced_custom_object(
             "baton.dev", "v1alpha1", NS_B, "toolruntimes", f"rt-{i:04d}",
@@ -209,6 +228,9 @@ def main() -> int:
         wait(baton_ready(2, changed), args.timeout, "baton: changes converged", every=1.0)
         baton_change = time.monotonic() - t0
         cpu_change = sum(p.cpu() for p in procs) - cpu1
+        busy1, total1 = machine_busy()
+        plane_change = {name: pr.cpu() - plane0[name] for name, pr in plane.items()}
+        cores = (total1 - total0) / baton_change  # CPU-seconds of all cores per second of wall time
 
         dchanged = {f"d-{i:04d}" for i in range(k)}
         want: dict[str, int] = {}
@@ -242,6 +264,12 @@ def main() -> int:
         print(f"{'operator CPU-s per runtime created':38} {cpu_create / n:10.4f}")
         print(f"{'operator CPU-s, change phase':38} {cpu_change:10.1f}")
         print(f"{'handoffs per second':38} {k / baton_change:10.2f}")
+        # Where the machine's CPU went while Baton's changes ran: when the cores are all busy,
+        # another replica cannot add handoffs per second, whatever its own efficiency.
+        print(f"{'machine busy, change phase (cores)':38} {(busy1 - busy0) / baton_change:10.2f} of {cores:.0f}")
+        print(f"{'  operator(s) CPU-s / wall s':38} {cpu_change / baton_change:10.2f}")
+        for name, used in sorted(plane_change.items(), key=lambda kv: -kv[1]):
+            print(f"{f'  {name} CPU-s / wall s':38} {used / baton_change:10.2f}")
         print(f"{'API requests per runtime created':38} {req_create / n:10.1f}")
         print(f"{'operator peak RSS (MiB)':38} {rss:10.1f}")
         print(f"{f'idle {args.idle_seconds}s: CPU-s (% of a core)':38} {idle_cpu:10.2f} "
