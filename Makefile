@@ -71,8 +71,9 @@ test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integra
 
 ORDERINGS ?= 50
 CHAOS_RESULTS ?= .chaos-results.jsonl
-chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane (make chaos ORDERINGS=500 SEED=1)
-	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+PARALLEL ?= 1
+chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane, PARALLEL side by side (make chaos ORDERINGS=500 SEED=1 PARALLEL=3)
+	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_PARALLEL=$(PARALLEL) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
 
 STEPS ?= 40
 model-check: $(PY_DEPS) ## the model check, long and random (make model-check N=2000 STEPS=60 SEED=7); CI runs a short fixed one

@@ -21,7 +21,9 @@ def seeds() -> list[int]:
     if not n:
         return list(CI_SEEDS)
     first = int(os.environ.get("BATON_CHAOS_SEED") or "1")
-    return list(range(first, first + int(n)))
+    # With BATON_CHAOS_PARALLEL=P each test runs P consecutive seeds side by side.
+    step = max(1, int(os.environ.get("BATON_CHAOS_PARALLEL") or "1"))
+    return list(range(first, first + int(n), step))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

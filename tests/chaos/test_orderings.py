@@ -1,31 +1,57 @@
 """Seeded fault orderings on the real plane (issue 13 part 2): harness.chaos runs one ordering
 per seed, and the invariants are checked on the API server's own watch logs and the final
 status. A failure prints the seed, the action list and what each action did; replay it with
-`make chaos SEED=<seed> ORDERINGS=1`."""
+`make chaos SEED=<seed> ORDERINGS=1`.
+
+With BATON_CHAOS_PARALLEL=P (`make chaos PARALLEL=P`) each test runs P consecutive seeds side by
+side on the one plane, each in its own namespace with its own three replicas: orderings spend
+most of their time waiting (gaps, Leases running out), so P of them share the cores."""
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
 from harness import baton, chaos
 
+PARALLEL = max(1, int(os.environ.get("BATON_CHAOS_PARALLEL") or "1"))
+LAST_SEED = int(os.environ.get("BATON_CHAOS_SEED") or "1") + int(os.environ.get("BATON_CHAOS_ORDERINGS") or "0") - 1
+_results_lock = threading.Lock()
 
-def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
-                  operators: Callable[..., baton.OperatorProcess], rts: baton.Runtimes,
-                  pod_watch: baton.PodWatch) -> None:
-    ordering = chaos.Ordering(seed, cluster=cluster, namespace=namespace, workdir=tmp_path,
-                              operators=operators, rts=rts, pod_watch=pod_watch)
+
+def _run(seed: int, cluster: Any, lane: chaos.Lane) -> chaos.Result:
+    ordering = chaos.Ordering(seed, cluster=cluster, namespace=lane.namespace, workdir=lane.workdir,
+                              operators=lane.operators, rts=lane.rts, pod_watch=lane.pod_watch)
     try:
-        result = ordering.run()
+        return ordering.run()
     finally:
         chaos.RESULTS.append(ordering.result)
         out = os.environ.get("BATON_CHAOS_RESULTS")  # one JSON line per ordering, as it ends
         if out:
             r = ordering.result
-            with open(out, "a") as f:
+            with _results_lock, open(out, "a") as f:
                 f.write(json.dumps({"seed": r.seed, "wall": round(r.wall, 2), "phases": r.phases,
                                     "violations": r.violations, "notes": r.notes, "done": r.done}) + "\n")
-    print(result.report())
-    assert not result.violations, result.report()
+
+
+def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
+                  operators: Callable[..., baton.OperatorProcess], rts: baton.Runtimes,
+                  pod_watch: baton.PodWatch) -> None:
+    own = chaos.Lane(namespace, tmp_path, operators, rts, pod_watch)
+    seeds = [seed + k for k in range(PARALLEL) if k == 0 or seed + k <= LAST_SEED]
+    if len(seeds) == 1:
+        results = [_run(seed, cluster, own)]
+    else:
+        with contextlib.ExitStack() as stack:
+            lanes = [own] + [stack.enter_context(chaos.side_lane(cluster, tmp_path / f"seed{s}", s))
+                             for s in seeds[1:]]
+            with concurrent.futures.ThreadPoolExecutor(len(seeds)) as pool:
+                results = list(pool.map(lambda sl: _run(sl[0], cluster, sl[1]), zip(seeds, lanes)))
+    for result in results:
+        print(result.report())
+    bad = [r for r in results if r.violations]
+    assert not bad, "\n\n".join(r.report() for r in bad)

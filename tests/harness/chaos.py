@@ -15,17 +15,19 @@ Everything is bounded and loopback-only: operator processes are killed and reape
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import apiproxy, baton, scenarios
+from harness import apiproxy, baton, fixtures, scenarios
 from harness.wait import WaitTimeout, wait_for
 
 RUNTIMES = ("alpha", "beta", "gamma")
@@ -572,3 +574,44 @@ def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV
         notes.append(f"deleted runtime {name}: {first} still there at convergence, gone "
                      f"{time.monotonic() - t:.1f}s later (garbage collector: ownerReference to the deleted runtime)")
     return out
+
+
+@dataclass
+class Lane:
+    """What one ordering runs with: its own namespace, operators, runtimes and pod watch."""
+
+    namespace: str
+    workdir: Path
+    operators: Start
+    rts: baton.Runtimes
+    pod_watch: baton.PodWatch
+
+
+@contextlib.contextmanager
+def side_lane(cluster: Any, workdir: Path, seed: int) -> Iterator[Lane]:
+    """A namespace of its own for an ordering run beside the test's own (`make chaos
+    PARALLEL=N`); everything in it is stopped and the namespace deleted afterwards."""
+    core = client.CoreV1Api(cluster.api_client)
+    ns = f"chaos-s{seed}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"baton.dev/test": "true"}}})
+    workdir.mkdir(parents=True, exist_ok=True)
+    ops = fixtures.OperatorSet(cluster, ns, workdir)
+    watch: baton.PodWatch | None = None
+    try:
+        wait_for(lambda: bool(core.list_namespaced_service_account(ns, field_selector="metadata.name=default").items),
+                 timeout=30, what=f"ServiceAccount {ns}/default")
+        watch = baton.PodWatch(cluster.api_client, ns)
+        yield Lane(ns, workdir, ops.start, baton.Runtimes(cluster.api_client, ns), watch)
+    finally:
+        ops.close()
+        if watch is not None:
+            watch.stop()
+        for pod in core.list_namespaced_pod(ns).items:  # stuck pods (the hold finalizer) first
+            try:
+                if pod.metadata.finalizers:
+                    core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"finalizers": None}})
+                core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        core.delete_namespace(ns)

@@ -18,39 +18,51 @@ def crd(cluster: Any) -> None:
     baton.install_crd(cluster)
 
 
+class OperatorSet:
+    """Operator replicas of one namespace, stopped together: what the `operators` fixture hands
+    out, usable outside a fixture too (tests/chaos runs orderings side by side)."""
+
+    def __init__(self, cluster: Any, namespace: str, log_dir: Path) -> None:
+        self.cluster, self.namespace, self.log_dir = cluster, namespace, log_dir
+        self.started: list[baton.OperatorProcess] = []
+
+    def start(self, identity: str = "op-a", *, namespaces: list[str] | None = None,
+              env: dict[str, str] | None = None, kubeconfig: str | None = None,
+              wait: bool = True) -> baton.OperatorProcess:
+        """Start one replica (watching [namespace] unless told otherwise)."""
+        proc = baton.OperatorProcess(self.cluster, self.log_dir, identity=identity,
+                                     namespaces=namespaces or [self.namespace], env=env,
+                                     kubeconfig=kubeconfig)
+        self.started.append(proc)
+        return proc.start() if wait else proc
+
+    def close(self, *, print_logs: bool = False) -> None:
+        for proc in self.started:
+            proc.kill()
+            if print_logs:
+                print(f"--- log of operator {proc.identity} ---\n{proc.log_tail(80)}")
+        # No operator runs any more: release what it would have retired, so the namespace can go.
+        custom = client.CustomObjectsApi(self.cluster.api_client)
+        for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, self.namespace,
+                                                       baton.PLURAL).get("items", []):
+            if rt["metadata"].get("finalizers"):
+                try:
+                    custom.patch_namespaced_custom_object(
+                        baton.GROUP, baton.VERSION, self.namespace, baton.PLURAL, rt["metadata"]["name"],
+                        {"metadata": {"finalizers": None}})
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+
+
 @pytest.fixture
 def operators(cluster: Any, crd: None, namespace: str, tmp_path: Path,
               request: pytest.FixtureRequest) -> Iterator[Callable[..., baton.OperatorProcess]]:
     """Factory: operators(identity, namespaces=[namespace], env={...}) starts one replica."""
-    started: list[baton.OperatorProcess] = []
-
-    def start(identity: str = "op-a", *, namespaces: list[str] | None = None,
-              env: dict[str, str] | None = None, kubeconfig: str | None = None,
-              wait: bool = True) -> baton.OperatorProcess:
-        proc = baton.OperatorProcess(cluster, tmp_path, identity=identity,
-                                     namespaces=namespaces or [namespace], env=env,
-                                     kubeconfig=kubeconfig)
-        started.append(proc)
-        return proc.start() if wait else proc
-
-    yield start
+    ops = OperatorSet(cluster, namespace, tmp_path)
+    yield ops.start
     failed = getattr(request.node, "rep_call", None)
-    for proc in started:
-        proc.kill()
-        if failed is not None and failed.failed:
-            print(f"--- log of operator {proc.identity} ---\n{proc.log_tail(80)}")
-    # No operator runs any more: release what it would have retired, so the namespace can go.
-    custom = client.CustomObjectsApi(cluster.api_client)
-    for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, namespace,
-                                                   baton.PLURAL).get("items", []):
-        if rt["metadata"].get("finalizers"):
-            try:
-                custom.patch_namespaced_custom_object(
-                    baton.GROUP, baton.VERSION, namespace, baton.PLURAL, rt["metadata"]["name"],
-                    {"metadata": {"finalizers": None}})
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+    ops.close(print_logs=failed is not None and failed.failed)
 
 
 @pytest.fixture
