@@ -353,7 +353,7 @@ RETIRE = [
               "latest_generation": 8, "history[-1].generation": 7, "history[-1].uid": "uid-7",
               "history[-1].outcome": "Retired", "history[-1].retired_at": NOW, "history[-1].template_hash": b.HASH,
               "Ready": ("False", "Creating")}),
-          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "Retired"),))], 0),
+          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
     case("awaiting-pod-gone-same-name-other-uid-counts-as-gone",
          b.observed(status_=retiring(S.AWAITING_POD_GONE, deadline=40.0), pods=(b.pod(7, uid_="uid-7-again"),),
                     desired_hash=b.HASH2),
@@ -362,12 +362,12 @@ RETIRE = [
     case("awaiting-pod-gone-drain-incomplete-noted-in-history",
          b.observed(status_=retiring(S.AWAITING_POD_GONE, drain_incomplete=True), pods=(), desired_hash=b.HASH2),
          [WS({"transition.step": "Creating", "history[-1].message": "drain incomplete"}),
-          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "Retired"),))], 0),
+          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
     case("retire-done-history-keeps-last-10",
          b.observed(status_=retiring(S.AWAITING_POD_GONE, history=b.history(*range(1, 7)) + b.history(*range(96, 100))),
                     pods=(), desired_hash=b.HASH2),
          [WS({"history#gens": (2, 3, 4, 5, 6, 96, 97, 98, 99, 7), "transition.to": 8}),
-          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "Retired"),))], 0),
+          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
     case("cleanup-deadline-pod-stuck-terminating",
          b.observed(status_=retiring(S.AWAITING_POD_GONE, deadline=0.0), pods=(OLD_STUCK,), desired_hash=b.HASH2),
          [WS({"transition.step": "CleanupFailed", "transition.deadline": None, "transition.to": 8,
@@ -433,7 +433,7 @@ RECOVERY = [
          [WS({"transition.step": "Creating", "transition.to": 8, "current": None,
               "history[-1].outcome": "ForceRecovered", "history[-1].uid": "uid-7",
               "last_cleanup_failure.uid": "uid-7"}),
-          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "ForceRecovered"),))], 0),
+          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "ForceRecovered"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
     case("force-policy-records-failure-first",
          b.observed(status_=retiring(S.AWAITING_POD_GONE, deadline=0.0), pods=(OLD_STUCK,),
                     spec_=b.spec(force=True), desired_hash=b.HASH2),
@@ -456,7 +456,7 @@ RECOVERY = [
          b.observed(status_=held(), pods=(), desired_hash=b.HASH2),
          [WS({"transition.step": "Creating", "transition.to": 8, "CleanupFailed": ("False", "PodGone"),
               "last_cleanup_failure.generation": 7, "history[-1].outcome": "Retired"}),
-          step_time("CleanupFailed"), Rec(M.HANDOFFS, (("outcome", "Retired"),))], 0),
+          step_time("CleanupFailed"), Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
 ]
 
 
@@ -895,7 +895,7 @@ def test_scenario_handoff_retires_before_creating() -> None:
     assert drive(w, at(2)) == [["WriteStatus", "Record", "DeletePod"], ["WriteStatus", "Record"], []]
     assert [q.generation for q in w.o.pods] == [7]  # nothing new while g7 terminates
     w.pod_event("uid-7", gone=True)
-    assert drive(w, at(10)) == [["WriteStatus", "Record", "Record"], ["CreatePod"], ["WriteStatus", "Record"], []]
+    assert drive(w, at(10)) == [["WriteStatus", "Record", "Record", "CreatePod"], ["WriteStatus", "Record"], []]
     assert w.o.status.history[-1].generation == 7 and w.o.status.transition is not None
     assert w.o.status.transition.to == 8
     w.pod_event(ready=True)
@@ -932,7 +932,7 @@ def test_scenario_cleanup_failure_held_until_force_recovery() -> None:
         ["AcquireLease"], ["WriteStatus", "Event"],  # fresh Lease: token first
         ["WriteStatus", "Record", "Event", "Record", "RemoveAnnotation"], ["ForceDeletePod"],
     ]
-    assert drive(w, at(602)) == [["WriteStatus", "Record", "Record"], ["CreatePod"], ["WriteStatus", "Record"], []]
+    assert drive(w, at(602)) == [["WriteStatus", "Record", "Record", "CreatePod"], ["WriteStatus", "Record"], []]
     s = w.o.status
     assert s.history[-1].outcome == st.Outcome.FORCE_RECOVERED and s.history[-1].uid == "uid-7"
     assert s.last_cleanup_failure == failed.last_cleanup_failure  # kept as the record

@@ -1235,6 +1235,12 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
         if o.spec.suspend:
             extra_conds.append((C.SUSPENDED, True, R.SUSPENDED, "spec.suspend is true: no generation runs"))
     status = _with_conditions(status, o, now, *extra_conds)
+    if status.transition is not None and status.transition.step == S.CREATING and o.last_error is None:
+        # The create the next pass would send at once, sent once Creating is persisted (the
+        # old pod is confirmed gone by this pass's reads): one pass fewer on the critical path.
+        then = _creating(o.model_copy(update={"status": status}), status.transition, now)
+        if then.kinds() == ["CreatePod"]:
+            actions += then.actions
     return p.Plan((p.WriteStatus(status), *actions), 0, f"g{t.from_} confirmed gone ({outcome.value})")
 
 
