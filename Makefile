@@ -41,8 +41,8 @@ kind-up: $(PY_DEPS) tools ## a one-node kind cluster with podman (root; builds o
 kind-down: ## delete the kind cluster and undo every host change kind-up made (network, iptables, ip_forward, /lib/modules)
 	@python3 hack/kind.py down --dir $(CLUSTER_DIR)
 
-test: $(PY_DEPS) tools lint kind-build ## lint, then all tests (unit, integration against a fresh local plane, tests/e2e on kind)
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+test: $(PY_DEPS) tools lint ## lint, then all tests (unit, integration against a fresh local plane; tests/e2e on kind, built meanwhile)
+	PY=$(PY) bash hack/test.sh $(PYTEST_ARGS)
 
 kind-build: $(PY_DEPS) ## build the kind route's tools and images (cached) where it runs (root); else say why
 	@$(PY) hack/kind.py prebuild
