@@ -199,6 +199,7 @@ class Runner:
             local.lease_held_here = self.executor.holds(key)
             snap = await snapshot_mod.read_snapshot(self.views, ns, name, local)
             if snap is None:
+                await self.executor.abandon(key)
                 self._forget(key)
                 return
             o = snap.observed

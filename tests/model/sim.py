@@ -314,8 +314,8 @@ class Server:
                 gen_text = created["metadata"]["labels"].get(mf.LABEL_GENERATION)
                 self.all_pod_uids[created["metadata"]["uid"]] = int(gen_text) if gen_text else None
                 return created
-            if kind == "Lease" and self.runtime() is None:
-                raise _err(404, "NotFound", "owner gone")
+            # A Lease whose owner is gone is created all the same, as the API server does (its
+            # garbage collector comes later, seconds to minutes): its holder must delete it.
             return self.create(kind, body)
         obj = self.get(kind, name or "")
         if kind == "Pod" and method in ("DELETE", "PATCH"):
@@ -693,9 +693,9 @@ class Replica:
         local.lease_held_here = self.executor.holds(key)
         snap = self._run(snapshot_mod.read_snapshot(self.views, NS, RT, local))
         if snap is None:
-            async def forget() -> None:  # as runner._forget, inside the loop
-                self.executor.drop(key)
-            self._run(forget())
+            # As runner._turn: a Lease still held for a runtime that is gone is deleted, then
+            # everything about it forgotten.
+            self._run(self.executor.abandon(key))
             return None
         o = snap.observed
         t = o.status.transition

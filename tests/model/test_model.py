@@ -21,6 +21,7 @@ from hypothesis import strategies as hs
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from baton.lifecycle import manifests as mf
+from baton.lifecycle import plan as p
 from baton.model import status as st
 
 from . import sim
@@ -389,6 +390,10 @@ class BatonModel(RuleBasedStateMachine):
             rt = self.server.runtime()
             if self.server.runtime_removed:
                 assert rt is None
+                # Nothing Baton could have deleted is left: no Lease (one taken again after the
+                # runtime's deletion finished is deleted by its holder, not left to the GC).
+                leases = [n for (k, n) in self.server.objs if k == "Lease"]
+                assert not leases, f"runtime removed, yet Lease {leases} left 150 s later"
             elif rt is not None and rt["metadata"].get("deletionTimestamp"):
                 raise AssertionError(f"runtime still not removed 150 s after its delete: {self.server.status()}")
             else:
@@ -478,6 +483,52 @@ def test_a_late_create_landing_while_the_runtime_finalizes_is_retired_first(unla
         m.run_for(30)
         assert not srv.violations, "\n".join(srv.violations)
         assert srv.runtime_removed and not srv.pods()
+    finally:
+        m.undo()
+
+
+def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_holder() -> None:
+    """Found by tests/chaos seed 1 (on the real plane): replica B's view showed the deleted
+    runtime, still with its finalizer, after the finalizing replica had deleted its Lease; B took
+    the Lease again (a create, owned by a runtime about to go), then the runtime went. Its holder
+    deletes that Lease (by UID) once the runtime leaves its view; the garbage collector had
+    not, 20 s later."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        srv.user_delete_runtime()
+        holder = None
+        for _ in range(120):  # pass by pass until a replica is about to finalize
+            for r in m.replicas:
+                got = r.decide()
+                if got is not None and got[1].find(p.RemoveFinalizer):
+                    holder = r
+                    r.paused_plan = got
+                    break
+                if got is not None:
+                    r.execute(*got)
+            if holder is not None:
+                break
+            m.advance(1)
+        assert holder is not None, "no replica reached the finalizer's removal"
+        other = next(r for r in m.replicas if r is not holder)
+        other.catch_up()
+        other.lagging = True  # its view stops here: the runtime with its finalizer and its Lease
+        before = len(srv.events)
+        holder.resume()  # ConfirmNoPod, DeleteService, DeleteLease, RemoveFinalizer
+        srv.tick()  # the API server removes the runtime: no finalizer left
+        assert srv.runtime_removed
+        lease_gone = next(i for i, (t, k, _) in enumerate(srv.events) if i >= before and k == "Lease" and t == "DELETED")
+        other.catch_up(lease_gone + 1)  # ... then its watch delivers the Lease's DELETED only
+        got = other.decide()
+        assert got is not None and got[1].find(p.AcquireLease), got and got[1]
+        other.execute(*got)
+        assert ("Lease", mf.lease_name(sim.RT)) in srv.objs, "the Lease was taken again for the gone runtime"
+        other.lagging = False
+        other.step()  # its view catches up: the runtime is gone
+        assert ("Lease", mf.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
+        assert not other.executor.held
     finally:
         m.undo()
 
