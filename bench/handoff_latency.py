@@ -26,6 +26,7 @@ import argparse
 import datetime
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -66,6 +67,14 @@ def pod_template(image: str, kind: str) -> dict[str, Any]:
 CLAIMS = 20
 
 
+def at_phase(phase: float) -> None:
+    """Wait until the wall clock's fraction of a second is `phase`. A pod's deletionTimestamp is
+    kept to the whole second (RFC 3339) and kwok removes the pod once it has passed, so where in
+    its second a delete lands moves the handoff by up to a second: each round starts all three
+    at the same drawn phase, so they pay the same rounding (a paired comparison)."""
+    time.sleep((phase - time.time() % 1.0) % 1.0)
+
+
 def unreferenced_claims(custom: client.CustomObjectsApi, runtime: str, generation: int) -> None:
     """CLAIMS claims on `generation` that pin nothing: speculative branches referencing each other
     and abandoned ones (only a CommitEligible or Committed reference pins)."""
@@ -81,7 +90,8 @@ def unreferenced_claims(custom: client.CustomObjectsApi, runtime: str, generatio
             "metadata": {"name": f"{fork}-b{k}"}, "spec": spec})
 
 
-def baton_round(custom: client.CustomObjectsApi, i: int, name: str = "tool", claims: bool = False) -> float:
+def baton_round(custom: client.CustomObjectsApi, i: int, name: str = "tool", claims: bool = False,
+                phase: float | None = None) -> float:
     gen_before = custom.get_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", name)[
         "status"]["current"]["generation"]
     if claims:
@@ -91,6 +101,8 @@ def baton_round(custom: client.CustomObjectsApi, i: int, name: str = "tool", cla
             "baton.dev", "v1alpha1", NS, "toolruntimeclaims",
             ).get("items", []) if c["spec"]["generation"] == gen_before
             and c["spec"]["runtimeRef"]["name"] == name), 30, "claims Bound")
+    if phase is not None:
+        at_phase(phase)
     t0 = time.monotonic()
     custom.patch_namespaced_custom_object("baton.dev", "v1alpha1", NS, "toolruntimes", name,
                                           {"spec": {"template": pod_template(f"example/tool:{i}", "baton")}})
@@ -104,7 +116,9 @@ def baton_round(custom: client.CustomObjectsApi, i: int, name: str = "tool", cla
     return time.monotonic() - t0
 
 
-def deployment_round(apps: client.AppsV1Api, core: client.CoreV1Api, i: int) -> float:
+def deployment_round(apps: client.AppsV1Api, core: client.CoreV1Api, i: int, phase: float | None = None) -> float:
+    if phase is not None:
+        at_phase(phase)
     t0 = time.monotonic()
     patched = apps.patch_namespaced_deployment("recreate", NS, {"spec": {"template": pod_template(f"example/tool:{i}", "deployment")}})
     want = patched.metadata.generation
@@ -159,6 +173,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--trace", action="store_true", help="print the last rounds' requests from an audit log")
+    ap.add_argument("--seed", type=int, default=1, help="seed of the rounds' start phases (see at_phase)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baton-bench-"))
     py = sys.executable
@@ -212,20 +227,28 @@ def main() -> int:
         c: list[float] = []
         d: list[float] = []
         windows: dict[str, tuple[float, float]] = {}
+        phases = random.Random(args.seed)
         for i in range(1, args.rounds + 1):
+            phase = phases.random()
+            time.sleep(1.0)  # the previous round's trailing writes (claims turning Stale) settle
             t = time.time()
-            b.append(baton_round(custom, i))
+            b.append(baton_round(custom, i, phase=phase))
             windows["baton"] = (t, time.time())
-            c.append(baton_round(custom, i, "claimed", claims=True))
+            time.sleep(1.0)
+            c.append(baton_round(custom, i, "claimed", claims=True, phase=phase))
+            time.sleep(1.0)
             t = time.time()
-            d.append(deployment_round(apps, core, i))
+            d.append(deployment_round(apps, core, i, phase=phase))
             windows["recreate"] = (t, time.time())
-        print(f"rounds: {args.rounds} (interleaved, same cluster, same pod template, grace 1 s)")
+        print(f"rounds: {args.rounds} (interleaved, same cluster, same pod template, grace 1 s; "
+              f"each round's three changes start at the same phase of the second, seed {args.seed})")
         print(f"{'':12} {'p50 s':>8} {'p95 s':>8} {'mean s':>8}")
         for label, xs in (("baton", b), (f"+{CLAIMS} claims", c), ("recreate", d)):
             print(f"{label:12} {statistics.median(xs):8.3f} {pct(xs, 0.95):8.3f} {statistics.mean(xs):8.3f}")
         print(f"ratio baton/recreate: p50 {statistics.median(b) / statistics.median(d):.2f}  "
-              f"p95 {pct(b, 0.95) / pct(d, 0.95):.2f}")
+              f"p95 {pct(b, 0.95) / pct(d, 0.95):.2f}  mean {statistics.mean(b) / statistics.mean(d):.2f}")
+        print(f"paired (same round, same phase) baton - recreate: median "
+              f"{1000 * statistics.median(x - y for x, y in zip(b, d)):+.0f} ms")
         print(f"{CLAIMS} unreferenced claims on the retired generation add: "
               f"p50 {1000 * (statistics.median(c) - statistics.median(b)):+.0f} ms, "
               f"mean {1000 * (statistics.mean(c) - statistics.mean(b)):+.0f} ms")
