@@ -388,10 +388,7 @@ class Executor:
                 # while this replica's view still had it, and the Lease was just created again
                 # for it. Delete that one Lease (by UID) rather than leave it to the garbage
                 # collector (found by tests/chaos seed 1).
-                held = self.held.get(key)
-                uid = ((held.last if held else None) or {}).get("metadata", {}).get("uid")
-                self.drop(key)
-                await leases.delete_lease(ns, mf.lease_name(name), uid=uid)
+                await self.abandon(key)
                 raise Aborted("the runtime is gone: the Lease taken for it deleted") from exc
             raise
 
