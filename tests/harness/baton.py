@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -30,10 +31,31 @@ CRD = ROOT / "crds" / "baton.dev_toolruntimes.yaml"
 GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
 
 
+# Ports handed out by this process are never handed out again, and they come from below the
+# kernel's ephemeral range (32768-60999 here): asking the kernel for port 0 and closing the socket
+# let two lanes started at the same moment get the same port, or a client's outgoing connection
+# take it before the operator bound it ("address already in use").
+_PORT_RANGE = range(20000, 32768)
+_ports_handed: set[int] = set()
+_ports_lock = threading.Lock()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback TCP port that is free now and that this process has not handed out before."""
+    with _ports_lock:
+        start = random.randrange(len(_PORT_RANGE))
+        for i in range(len(_PORT_RANGE)):
+            port = _PORT_RANGE[(start + i) % len(_PORT_RANGE)]
+            if port in _ports_handed:
+                continue
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _ports_handed.add(port)
+            return port
+    raise RuntimeError(f"no free loopback port left in {_PORT_RANGE}")
 
 
 CLAIM_CRD = ROOT / "crds" / "baton.dev_toolruntimeclaims.yaml"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import kwok
+from harness import baton, kwok
 from harness.cluster import load_plane_module
 from harness.wait import WaitTimeout, stays, wait_for
 
@@ -73,6 +73,31 @@ def test_plane_nodes_and_network_rule() -> None:
     ports = plane.free_ports(6)
     assert len(set(ports)) == 6
     assert "garbage-collector-controller" in plane.CONTROLLERS
+
+
+def test_free_ports_drawn_at_once_by_many_threads_are_distinct_and_bindable() -> None:
+    # Chaos lanes start their replicas at the same moment; two of them once got the same port.
+    import socket
+    import threading
+
+    drawn: list[int] = []
+    barrier = threading.Barrier(8)
+
+    def draw() -> None:
+        barrier.wait()
+        drawn.extend(baton.free_port() for _ in range(25))
+
+    threads = [threading.Thread(target=draw) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(drawn) == 200 and len(set(drawn)) == 200
+    lo, _hi = (int(x) for x in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    assert max(drawn) < lo  # outside the range outgoing connections take their ports from
+    for port in drawn[:20]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
 
 
 def test_pod_manifest_and_loopback_guard() -> None:
