@@ -76,9 +76,12 @@ chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on on
 	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_PARALLEL=$(PARALLEL) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
 
 STEPS ?= 40
-model-check: $(PY_DEPS) ## the model check, long and random (make model-check N=2000 STEPS=60 SEED=7); CI runs a short fixed one
-	@seed=$(if $(SEED),$(SEED),$$RANDOM); echo "model-check: $(N) examples of $(STEPS) rules, seed $$seed" >&2; \
-	MODEL_EXAMPLES=$(N) MODEL_STEPS=$(STEPS) MODEL_SEED=$$seed $(PY) -m pytest tests/model -q -s -p no:cacheprovider --timeout=0
+JOBS ?= 1
+BATCH ?= 1000
+MINUTES ?= 0
+model-check: $(PY_DEPS) ## the long model check in batches, JOBS side by side (make model-check N=100000 JOBS=2 SEED=7 MINUTES=120); CI runs a short fixed one
+	$(PY) hack/model_check.py --examples $(N) --jobs $(JOBS) --batch $(BATCH) --steps $(STEPS) \
+	  --seed $(if $(SEED),$(SEED),$$RANDOM) --minutes $(MINUTES)
 
 mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (hack/mutations.py)
 	$(PY) hack/mutations.py

@@ -17,7 +17,6 @@ it knows which replica sent each request and whether that replica held the Lease
 from __future__ import annotations
 
 import asyncio
-import copy
 import dataclasses
 import datetime
 import json
@@ -35,6 +34,20 @@ from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle.decide import decide
 from baton.model import status as st
+
+
+def clone(obj: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars), as a fresh parse of the same
+    response would give each reader. copy.deepcopy's memo bookkeeping was a quarter of the
+    model's time; nothing here is shared or cyclic, so it is not needed."""
+    t = type(obj)
+    if t is dict:
+        return {k: clone(v) for k, v in obj.items()}
+    if t is list:
+        return [clone(v) for v in obj]
+    if t is tuple:
+        return tuple(clone(v) for v in obj)
+    return obj
 
 NS = "agents"
 RT = "search-mcp"
@@ -78,7 +91,7 @@ def _ts(clock: Clock) -> str:
 def _merge(target: Any, patch: Any) -> Any:
     """RFC 7386 merge patch."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     out = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
@@ -117,6 +130,10 @@ class Server:
         self.uid_seq = 0
         self.objs: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> object
         self.events: list[tuple[str, str, dict[str, Any]]] = []  # watch log: (type, kind, object)
+        # Every replica's views keep the watch log's objects themselves, not copies (a copy per
+        # replica per event was the model's largest cost): nothing that reads a view may change
+        # what it reads. events_unchanged() proves it at the end of each example.
+        self.event_prints: list[str] = []
         self.violations: list[str] = []
         self.held: list[Held] = []
         self.delay_next: set[str] = set()  # "create" | "status" | "delete": hold the next such request
@@ -155,25 +172,33 @@ class Server:
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         return self.objs.get((kind, name))
 
+    def _log(self, type_: str, kind: str, obj: dict[str, Any]) -> None:
+        self.events.append((type_, kind, obj))
+        self.event_prints.append(json.dumps(obj))
+
+    def events_changed(self) -> list[int]:
+        """Indices of watch-log objects that something changed after they were logged."""
+        return [i for i, (_t, _k, obj) in enumerate(self.events) if json.dumps(obj) != self.event_prints[i]]
+
     def store(self, kind: str, obj: dict[str, Any], type_: str = "MODIFIED") -> dict[str, Any]:
         obj["metadata"]["resourceVersion"] = self._next_rv()
         obj.setdefault("kind", kind)
         self.objs[(kind, obj["metadata"]["name"])] = obj
-        self.events.append((type_, kind, copy.deepcopy(obj)))
-        return copy.deepcopy(obj)
+        self._log(type_, kind, clone(obj))
+        return clone(obj)
 
     def remove(self, kind: str, name: str) -> None:
         obj = self.objs.pop((kind, name))
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         obj["metadata"]["resourceVersion"] = self._next_rv()
-        self.events.append(("DELETED", kind, obj))
+        self._log("DELETED", kind, obj)
         if kind == "Pod":
             self.gone_uids.add(obj["metadata"]["uid"])
         if kind == "ToolRuntime":
             self._runtime_removed(obj)
 
     def create(self, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
-        obj = copy.deepcopy(obj)
+        obj = clone(obj)
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", NS)
         if (kind, meta["name"]) in self.objs:
@@ -214,7 +239,7 @@ class Server:
                     self.remove("Pod", meta["name"])
                 continue
             if pod["status"].get("phase") == "Pending" and not self.kubelet_broken:
-                pod = copy.deepcopy(pod)
+                pod = clone(pod)
                 pod["status"] = {"phase": "Running", "podIP": "10.0.0.1",
                                  "conditions": [{"type": "Ready", "status": "True"}]}
                 self.store("Pod", pod)
@@ -238,7 +263,7 @@ class Server:
         rt = self.runtime()
         if rt is None:
             return
-        rt = copy.deepcopy(rt)
+        rt = clone(rt)
         before = rt.get("spec")
         fn(rt)
         if rt.get("spec") != before:
@@ -252,13 +277,13 @@ class Server:
         if not rt["metadata"].get("finalizers"):
             self.remove("ToolRuntime", RT)
             return
-        rt = copy.deepcopy(rt)
+        rt = clone(rt)
         rt["metadata"]["deletionTimestamp"] = _ts(self.clock)
         self.store("ToolRuntime", rt)
 
     def user_pod(self, fn: Callable[[dict[str, Any]], None]) -> None:
         for pod in self.pods():
-            pod = copy.deepcopy(pod)
+            pod = clone(pod)
             fn(pod)
             self.store("Pod", pod)
 
@@ -266,10 +291,10 @@ class Server:
         pod = self.get("Pod", name)
         assert pod is not None
         if pod["metadata"].get("deletionTimestamp"):
-            pod = copy.deepcopy(pod)
+            pod = clone(pod)
             pod["metadata"]["_goneAt"] = min(pod["metadata"]["_goneAt"], self.clock.t + grace)
             return self.store("Pod", pod)
-        pod = copy.deepcopy(pod)
+        pod = clone(pod)
         pod["metadata"]["deletionTimestamp"] = _ts(self.clock)
         # The kubelet stops it within its grace (here: after min(grace, 1) s).
         pod["metadata"]["_goneAt"] = self.clock.t + min(grace, 1)
@@ -297,12 +322,12 @@ class Server:
             field, _, value = str((query or {}).get("fieldSelector") or "").partition("=")
             assert field == "metadata.name", query
             obj = self.get(kind, value)
-            return {"metadata": {"resourceVersion": str(self.rv)}, "items": [] if obj is None else [copy.deepcopy(obj)]}
+            return {"metadata": {"resourceVersion": str(self.rv)}, "items": [] if obj is None else [clone(obj)]}
         if method == "GET":
             obj = self.get(kind, name or "")
             if obj is None:
                 raise _err(404, "NotFound")
-            return copy.deepcopy(obj)
+            return clone(obj)
         if method == "POST":
             if kind == "Pod":
                 self._check_fenced(f"create pod g{body['metadata']['labels'].get(mf.LABEL_GENERATION)}")
@@ -326,7 +351,7 @@ class Server:
                 raise _err(404, "NotFound")
             if body["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
                 raise _err(409, "Conflict", "the object has been modified")
-            new = copy.deepcopy(body)
+            new = clone(body)
             new["metadata"] = {**obj["metadata"], **{k: v for k, v in new["metadata"].items() if k != "resourceVersion"}}
             return self.store(kind, new)
         if method == "DELETE":
@@ -371,7 +396,7 @@ class Server:
         raise _err(405, "MethodNotAllowed")
 
     def _json_patch(self, kind: str, obj: dict[str, Any], ops: list[dict[str, Any]]) -> Any:
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         for op in ops:
             keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
             parent = new
@@ -409,7 +434,7 @@ class Server:
             self.violation(f"{self.sender}: a status write would leave a status that does not parse: "
                            f"{str(exc).splitlines()[0]}")
             raise _err(422, "Invalid", "status does not match the schema") from exc
-        new = copy.deepcopy(obj)
+        new = clone(obj)
         new["status"] = new_status
         stored = self.store("ToolRuntime", new)
         self.status_rv = self.rv
@@ -565,7 +590,7 @@ class Server:
     def release_claims(self) -> None:
         for c in self.claims():
             if c["spec"]["state"] in PINNING_STATES:
-                c = copy.deepcopy(c)
+                c = clone(c)
                 c["spec"]["state"] = "Released"
                 self.store("ToolRuntimeClaim", c)
 
@@ -616,6 +641,16 @@ class SimLocal(snapshot_mod.Local):
 
 
 LOOP = asyncio.new_event_loop()
+_TASKS_STARTED: list[asyncio.Task[Any]] = []  # tasks a coroutine started (asyncio.all_tasks was a scan per call)
+
+
+def _record_task(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+    task = asyncio.Task(coro, loop=loop, **kwargs)
+    _TASKS_STARTED.append(task)
+    return task
+
+
+LOOP.set_task_factory(_record_task)  # type: ignore[arg-type]
 
 KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Service": "services",
               "ToolRuntimeClaim": "claims"}
@@ -659,9 +694,9 @@ class Replica:
         for type_, kind, obj in self.server.events[self.cursor:end]:
             store = getattr(self.views, KIND_STORE[kind])
             if type_ == "DELETED":
-                store.delete(copy.deepcopy(obj))
+                store.delete(obj)
             else:
-                store.apply(copy.deepcopy(obj))
+                store.apply(obj)
         self.cursor = max(self.cursor, end)
 
     def _run(self, coro: Any) -> Any:
@@ -673,11 +708,13 @@ class Replica:
             return LOOP.run_until_complete(coro)
         finally:
             self.server.sender = None
-            left = asyncio.all_tasks(LOOP)
+            left = [t for t in _TASKS_STARTED if not t.done()]
+            _TASKS_STARTED.clear()
             for task in left:
                 task.cancel()
             if left:
                 LOOP.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+                _TASKS_STARTED.clear()
 
     def renew(self) -> None:
         if (NS, RT) in self.executor.held and self.paused_plan is None:

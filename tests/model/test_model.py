@@ -6,6 +6,7 @@ CI runs a fixed, derandomized, short budget; `make model-check N=...` a long ran
     MODEL_EXAMPLES   examples (default 60)
     MODEL_STEPS      rules per example (default 40)
     MODEL_SEED       a seed (default: derandomized, the same run every time)
+    MODEL_STATS_FILE, MODEL_TRACES_FILE   the summary line / each distinct trace's hash, appended
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
@@ -37,7 +38,8 @@ replica_ix = hs.integers(0, len(REPLICAS) - 1)
 
 STATS: dict[str, Any] = {"examples": 0, "traces": set(), "rules": 0, "seconds": 0.0, "creates": 0,
                          "handoffs": 0, "stale": 0, "cleanup_failures": 0, "force": 0, "removed": 0,
-                         "pin_waits": 0, "blocked": 0, "force_retired": 0, "late_status_refused": 0}
+                         "pin_waits": 0, "blocked": 0, "force_retired": 0, "late_status_refused": 0,
+                         "settle_seconds": 0.0}
 
 
 class BatonModel(RuleBasedStateMachine):
@@ -52,6 +54,7 @@ class BatonModel(RuleBasedStateMachine):
         self.started = time.monotonic()
         self.claims_listed_at: dict[int, float] = {}  # replica -> when its claims view is listed again
         self.forbidden = False  # the claims view forbidden to every replica
+        self._quiet_events, self._quiet_since = -1, 0.0  # run_until_settled: the watch log's length, since when
 
     def _t(self, *parts: object) -> None:
         self.trace.append(":".join(str(x) for x in parts))
@@ -299,7 +302,7 @@ class BatonModel(RuleBasedStateMachine):
             self.server.check_state()
 
     def run_for(self, seconds: int, *, budgets: dict[tuple[str, str], float] | None = None,
-                person: bool = False) -> None:
+                person: bool = False, until: Callable[[], bool] | None = None) -> None:
         """Every live replica acts whenever its plan asks (as runner's queue would), for
         `seconds` of simulated time; with `budgets`, each transition step is timed."""
         wake = {r.identity: self.clock.t for r in self.replicas}
@@ -319,6 +322,35 @@ class BatonModel(RuleBasedStateMachine):
             if person:
                 self.person()
             self.advance(1)
+            if until is not None and until():
+                return
+
+    def settled(self) -> bool:
+        """Healed and at rest: what the end of teardown asserts already holds, nothing is held in
+        the network, and the server's watch log has not moved for three Lease durations (every
+        replica passed over it several times, a Lease left held would have been renewed)."""
+        if self.server.held:
+            return False
+        events = len(self.server.events)
+        if events != self._quiet_events:
+            self._quiet_events, self._quiet_since = events, self.clock.t
+            return False
+        if self.clock.t - self._quiet_since < 3 * sim.LEASE_SECONDS:
+            return False
+        rt, s = self.server.runtime(), self.server.status()
+        if self.server.runtime_removed:
+            return not any(k == "Lease" for (k, _n) in self.server.objs)
+        if rt is None or s is None or rt["metadata"].get("deletionTimestamp") or s.transition is not None:
+            return False
+        return bool(rt["spec"].get("suspend")) or s.current is not None
+
+    def run_until_settled(self, seconds: int, *, budgets: dict[tuple[str, str], float]) -> None:
+        """run_for(seconds), ended early once settled(): the rest of it would pass over a world
+        that no longer changes (most of a healed example's teardown, measured)."""
+        self._quiet_events, self._quiet_since = -1, self.clock.t
+        start = self.clock.t
+        self.run_for(seconds, budgets=budgets, person=True, until=self.settled)
+        STATS["settle_seconds"] += self.clock.t - start
 
     def time_steps(self, seen: dict[tuple[str, str], float]) -> None:
         """Invariant 4: each step of a transition ends within its budget plus a slack (a Lease
@@ -378,7 +410,7 @@ class BatonModel(RuleBasedStateMachine):
             self.forbidden = False
             for r in self.replicas:
                 r.claims_informer.synced.set()
-            self.run_for(120, budgets=budgets, person=True)
+            self.run_until_settled(120, budgets=budgets)
             s = self.server.status()
             if s is not None and s.current is None and s.retry is not None and s.retry.not_before is not None:
                 # Backing off after repeated failed starts (capped at 300 s): wait it out, then
@@ -387,6 +419,8 @@ class BatonModel(RuleBasedStateMachine):
                 if wait > 0:
                     self.run_for(int(wait) + 30, budgets=budgets, person=True)
             assert not self.server.violations, "\n".join(self.server.violations)
+            changed = self.server.events_changed()
+            assert not changed, f"watch-log objects changed by a reader (views share them): {changed[:5]}"
             rt = self.server.runtime()
             if self.server.runtime_removed:
                 assert rt is None
@@ -542,9 +576,14 @@ def teardown_module() -> None:
                 f"{STATS['force']} force recoveries, {STATS['removed']} runtimes removed, "
                 f"{STATS['pin_waits']} pinned retires, {STATS['blocked']} RetirementBlocked, "
                 f"{STATS['force_retired']} force-retires, {STATS['late_status_refused']} late status writes refused, "
+                f"healed runs settled after {STATS['settle_seconds'] / STATS['examples']:.0f} simulated s on average (of 120), "
                 f"{STATS['seconds']:.1f}s in examples")
         print("\n" + line)
         out = os.environ.get("MODEL_STATS_FILE")
         if out:
             with open(out, "a") as f:
                 f.write(line + "\n")
+        traces = os.environ.get("MODEL_TRACES_FILE")  # hack/model_check.py: the union over batches
+        if traces:
+            with open(traces, "a") as f:
+                f.write("\n".join(sorted(STATS["traces"])) + "\n")
