@@ -318,6 +318,8 @@ class Executor:
         wake: Callable[[], None],
     ) -> None:
         ns, name = key
+        if snap.lease is None:
+            await self._check_token_for_new_lease(snap, action, key)
         sent = time.monotonic()
         try:
             written = await leases.acquire_lease(
@@ -338,6 +340,24 @@ class Executor:
             local.lock_wait_since = None
         log.info("acquired lifecycle Lease of %s/%s, fencing token %s", ns, name, action.token,
                  extra={"runtime": f"{ns}/{name}"})
+
+    async def _check_token_for_new_lease(
+        self, snap: snapshot_mod.Snapshot, action: p.AcquireLease, key: tuple[str, str],
+    ) -> None:
+        """Before the Lease is created (again): the token must be above every token used. The
+        Lease that carried them may be gone (deleted with a runtime being finalized, or by a
+        person), and this replica's runtimes watch may lag behind its Leases watch (separate
+        streams), so the view's status token + 1 can be one used before (tests/chaos seed 3051).
+        The runtime as stored is the record left: one authoritative read, once per Lease created."""
+        ns, name = key
+        stored = await runtimes.read_runtime(ns, name)
+        if stored is None or (stored.get("metadata") or {}).get("uid") != snap.observed.uid:
+            raise Aborted("the runtime is gone (or was created again): no Lease created for it")
+        self._seen(stored, "ToolRuntime")
+        token = int((stored.get("status") or {}).get("fencingToken") or 0)
+        if token >= action.token:
+            raise Superseded(f"the runtime as stored carries fencing token {token}, this pass would "
+                             f"create the Lease with {action.token}: read again")
 
     def _wrote(self, snap: snapshot_mod.Snapshot, written: dict[str, Any] | None) -> None:
         """A write of the runtime itself: applied to the view, and the base (resourceVersion,

@@ -149,6 +149,7 @@ class Server:
         self.creates_sent: list[int] = []  # generations of CreatePod sent on time
         self.resets_posted: set[str] = set()  # every value a person wrote to baton.dev/reset
         self.max_token = 0
+        self.max_lease_token = 0
         self.max_latest = 0
         self.max_current = 0
         self.runtime_removed = False
@@ -181,6 +182,14 @@ class Server:
         return [i for i, (_t, _k, obj) in enumerate(self.events) if json.dumps(obj) != self.event_prints[i]]
 
     def store(self, kind: str, obj: dict[str, Any], type_: str = "MODIFIED") -> dict[str, Any]:
+        if kind == "Lease":
+            # Across the Lease's lives too: one created again after a deletion (with the runtime
+            # being finalized, or by a person) must not reuse a lower token (tests/chaos seed 3051).
+            token = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
+            if token < self.max_lease_token:
+                self.violation(f"{self.sender}: Lease {obj['metadata']['name']} written with fencing token {token}, "
+                               f"below {self.max_lease_token} used before")
+            self.max_lease_token = max(self.max_lease_token, token)
         obj["metadata"]["resourceVersion"] = self._next_rv()
         obj.setdefault("kind", kind)
         self.objs[(kind, obj["metadata"]["name"])] = obj

@@ -521,11 +521,14 @@ def test_a_late_create_landing_while_the_runtime_finalizes_is_retired_first(unla
         m.undo()
 
 
-def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_holder() -> None:
+@pytest.mark.parametrize("gone", ["before-the-read", "between-the-read-and-the-create"])
+def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_holder(gone: str) -> None:
     """Found by tests/chaos seed 1 (on the real plane): replica B's view showed the deleted
     runtime, still with its finalizer, after the finalizing replica had deleted its Lease; B took
-    the Lease again (a create, owned by a runtime about to go), then the runtime went. Its holder
-    deletes that Lease (by UID) once the runtime leaves its view; the garbage collector had
+    the Lease again (a create, owned by a runtime about to go), then the runtime went. Since
+    seed 3051, B reads the runtime as stored before it creates a Lease: gone before that read,
+    no Lease is created; gone between that read and the create, the Lease is created and its
+    holder deletes it (by UID) once the runtime leaves its view; the garbage collector had
     not, 20 s later."""
     m = BatonModel()
     srv = m.server
@@ -550,19 +553,93 @@ def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_hol
         other.catch_up()
         other.lagging = True  # its view stops here: the runtime with its finalizer and its Lease
         before = len(srv.events)
-        holder.resume()  # ConfirmNoPod, DeleteService, DeleteLease, RemoveFinalizer
-        srv.tick()  # the API server removes the runtime: no finalizer left
-        assert srv.runtime_removed
+        if gone == "before-the-read":
+            holder.resume()  # ConfirmNoPod, DeleteService, DeleteLease, RemoveFinalizer
+            srv.tick()  # the API server removes the runtime: no finalizer left
+            assert srv.runtime_removed
+        else:
+            for kind, name in [key for key in srv.objs if key[0] in ("Service", "Lease")]:
+                srv.remove(kind, name)  # the holder's DeleteService, DeleteLease ...
+            handle = srv.handle
+
+            def finalizer_removed_after_the_read(method: str, path: str, *args: Any, **kw: Any) -> Any:
+                answer = handle(method, path, *args, **kw)
+                if method == "GET" and path.endswith("/toolruntimes"):
+                    srv.handle = handle  # type: ignore[method-assign]
+                    # ... and its RemoveFinalizer land just after B's read of the runtime
+                    srv.objs[("ToolRuntime", sim.RT)]["metadata"]["finalizers"] = []
+                    srv.tick()
+                return answer
+
+            srv.handle = finalizer_removed_after_the_read  # type: ignore[method-assign]
         lease_gone = next(i for i, (t, k, _) in enumerate(srv.events) if i >= before and k == "Lease" and t == "DELETED")
         other.catch_up(lease_gone + 1)  # ... then its watch delivers the Lease's DELETED only
         got = other.decide()
         assert got is not None and got[1].find(p.AcquireLease), got and got[1]
         other.execute(*got)
+        if gone == "before-the-read":
+            assert ("Lease", mf.lease_name(sim.RT)) not in srv.objs, "a Lease created for a runtime already gone"
+            return
+        assert srv.runtime_removed
         assert ("Lease", mf.lease_name(sim.RT)) in srv.objs, "the Lease was taken again for the gone runtime"
         other.lagging = False
         other.step()  # its view catches up: the runtime is gone
         assert ("Lease", mf.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
         assert not other.executor.held
+        assert not srv.violations, "\n".join(srv.violations)
+    finally:
+        m.undo()
+
+
+@pytest.mark.parametrize("runtime_gone", [True, False], ids=["runtime-finalized", "lease-deleted-by-a-person"])
+def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) -> None:
+    """Found by tests/chaos seed 3051 (on the real plane): a replica's runtimes watch lagged
+    behind its Leases watch (separate streams). It saw the Lease deleted, saw no holder, and
+    created the Lease again with its view's status token + 1: below the token the deleted
+    Lease had carried. The runtime as stored, read before any Lease is created, is the record
+    left of the tokens used: gone means no Lease; a newer token means decide again with it."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        lagging = m.replicas[2]
+        m.template_changes()
+        lagging.catch_up()
+        lagging.lagging = True  # its view stops here, work to do in it (below: its Leases view goes on)
+        others = [r for r in m.replicas if r is not lagging]
+        m.replicas = others  # it does not act meanwhile
+        for _ in range(3):  # transitions by the other two: the Lease's token grows
+            m.run_for(20)
+            m.template_changes()
+        if runtime_gone:
+            srv.user_delete_runtime()
+            m.run_for(30)
+            assert srv.runtime_removed
+        else:
+            m.run_for(3 * sim.LEASE_SECONDS)  # at rest: the Lease released, nobody holds it
+            srv.remove("Lease", mf.lease_name(sim.RT))
+        used = srv.max_lease_token
+        seen_token = lagging.views.runtimes.get(sim.NS, sim.RT)
+        assert seen_token is not None
+        stale = int(seen_token["status"]["fencingToken"])
+        assert stale + 1 < used, (stale, used)  # the view's token + 1 would go back
+        deleted = next(obj for (t, k, obj) in reversed(srv.events) if k == "Lease" and t == "DELETED")
+        lagging.views.leases.delete(deleted)  # ... its Leases watch delivers the DELETED
+        m.replicas = [*others, lagging]
+        got = lagging.decide()
+        assert got is not None and got[1].find(p.AcquireLease), got and got[1]
+        lagging.execute(*got)
+        assert not srv.violations, "\n".join(srv.violations)
+        lease = srv.get("Lease", mf.lease_name(sim.RT))
+        if runtime_gone:
+            assert lease is None, f"a Lease created for a runtime already gone: {lease}"
+        else:
+            assert lease is None  # not created on the stale token: decided again with the stored one
+            lagging.lagging = False
+            m.run_for(10)
+            assert not srv.violations, "\n".join(srv.violations)
+            lease = srv.get("Lease", mf.lease_name(sim.RT))
+            assert lease is None or int(lease["spec"]["leaseTransitions"]) > used
     finally:
         m.undo()
 
