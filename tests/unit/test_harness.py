@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import time
 from pathlib import Path
 
@@ -98,6 +99,20 @@ def test_free_ports_drawn_at_once_by_many_threads_are_distinct_and_bindable() ->
     for port in drawn[:20]:
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))
+
+
+def test_a_port_claimed_by_a_live_process_is_not_handed_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A chaos run and a test run side by side: each skips the ports the other holds a claim on.
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(baton, "_PORT_CLAIMS", tmp_path)
+    (tmp_path / "20001").write_text(str(os.getppid()))  # a live claimant
+    assert not baton._claim(20001)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / "20002").write_text(gone.stdout.strip())  # its claimant exited
+    assert baton._claim(20002)
+    assert (tmp_path / "20002").read_text() == str(os.getpid())
 
 
 def test_pod_manifest_and_loopback_guard() -> None:
