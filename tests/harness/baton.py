@@ -520,6 +520,12 @@ class Runtimes:
         evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
         return [e for e in evs if e.involved_object.kind == "ToolRuntime" and (reason is None or e.reason == reason)]
 
+    def events_posted(self, name: str, reason: str, timeout: float = 10.0) -> list[Any]:
+        """The runtime's events of `reason`, once there is at least one: an event is posted after
+        the status write of the same plan lands, so a test that saw the status may be first."""
+        found: list[Any] = wait_for(lambda: self.events(name, reason), timeout=timeout, what=f"a {reason} event of {name}")
+        return found
+
     def pods(self, name: str) -> list[Any]:
         return list(self.core.list_namespaced_pod(self.ns, label_selector=f"baton.dev/runtime={name}").items)
 

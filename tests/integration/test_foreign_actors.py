@@ -58,7 +58,7 @@ def test_ownerreference_removed_pod_is_never_touched_until_it_goes(
     wait_for(lambda: _condition(rts, "own", "Degraded").get("reason") == "NameConflict", timeout=15,
              what="Degraded NameConflict")
     assert before.metadata.uid in _condition(rts, "own", "Degraded")["message"]
-    assert [e.type for e in rts.events("own", "NameConflict")][:1] == ["Warning"]
+    assert [e.type for e in rts.events_posted("own", "NameConflict")][:1] == ["Warning"]
     stays(lambda: (lambda pd: pd is not None and pd.metadata.uid == before.metadata.uid
                    and pd.metadata.deletion_timestamp is None
                    and (pd.metadata.labels or {}) == (before.metadata.labels or {}))(rts.pod("own")),
@@ -89,7 +89,7 @@ def test_users_pod_with_the_runtimes_name_blocks_without_a_hot_loop(
     time.sleep(6)
     assert rts.pod("squat").metadata.resource_version == user_rv, "the user's pod was touched"
     assert rts.get("squat")["metadata"]["resourceVersion"] == rv_then, "status rewritten while blocked"
-    assert len(rts.events("squat", "NameConflict")) == 1
+    assert len(rts.events_posted("squat", "NameConflict")) == 1
     assert op.metric("baton_passes_throttled_total") == 0
     assert [e.uid for e in pod_watch.added() if e.of("squat")] == [rts.pod("squat").metadata.uid]
     rts.core.delete_namespaced_pod("squat", rts.ns, grace_period_seconds=0)
@@ -133,7 +133,7 @@ def test_pod_the_api_server_refuses_is_reported_and_retried_boundedly(
     assert time.monotonic() - t0 < 10
     msg = _condition(rts, "noimg", "Degraded")["message"]
     assert "image" in msg and "Required value" in msg, msg
-    assert [e.type for e in rts.events("noimg", "PodRejected")][:1] == ["Warning"]
+    assert [e.type for e in rts.events_posted("noimg", "PodRejected")][:1] == ["Warning"]
     time.sleep(max(0.0, 20 - (time.monotonic() - t0)))
     attempts = op.metric("baton_pod_rejections_total")
     # Back-off 1, 2, 4, 8 s (±20 %) inside 20 s: about 5; never a loop of one a second.

@@ -108,7 +108,7 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     st = rts.status("stuck")
     assert st["lastCleanupFailure"]["uid"] == g1_uid and st["lastCleanupFailure"]["generation"] == 1
     assert st["transition"]["step"] == "CleanupFailed" and st["transition"]["to"] == 2
-    assert [e.type for e in rts.events("stuck", "CleanupFailed")] == ["Warning"]
+    assert [e.type for e in rts.events_posted("stuck", "CleanupFailed")] == ["Warning"]
     assert op.metric("baton_cleanup_failures_total", reason="PodStuckTerminating") == 1
     assert rts.gen_pod("stuck", 2) is None
 
@@ -122,7 +122,7 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     rts.annotate("stuck", "baton.dev/force-recovery", "7")
     wait_for(lambda: "baton.dev/force-recovery" not in (rts.get("stuck")["metadata"].get("annotations") or {}),
              timeout=15, what="stale annotation removed")
-    assert [e.type for e in rts.events("stuck", "StaleForceRecovery")] == ["Warning"]
+    assert [e.type for e in rts.events_posted("stuck", "StaleForceRecovery")] == ["Warning"]
     assert rts.gen_pod("stuck", 1).metadata.uid == g1_uid
     assert rts.gen_pod("stuck", 2) is None
     assert (rts.condition("stuck", "CleanupFailed") or {}).get("status") == "True"
@@ -135,7 +135,7 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
     assert forced and forced[0]["uid"] == g1_uid and forced[0]["generation"] == 1
     assert st2["lastCleanupFailure"]["uid"] == g1_uid, "the failure record is kept"
     assert (rts.condition("stuck", "CleanupFailed") or {})["reason"] == "ForceRecovered"
-    assert rts.events("stuck", "ForceRecovered")
+    assert rts.events_posted("stuck", "ForceRecovered")
     assert op2.metric("baton_force_recoveries_total") == 1
     assert pod_watch.assert_one_at_a_time("stuck") == [1, 2]
 

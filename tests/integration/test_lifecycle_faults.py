@@ -213,7 +213,7 @@ def test_drain_probe_gates_the_delete(operators: Start, rts: baton.Runtimes,
     else:
         assert deleted_at - entered >= drain_seconds - 1.0
         assert entry["message"] == "drain incomplete"
-        assert rts.events("drain", "DrainIncomplete")
+        assert rts.events_posted("drain", "DrainIncomplete")
         assert op.metric("baton_drain_incomplete_total") == 1
     assert pod_watch.assert_one_at_a_time("drain") == [1, 2]
 
@@ -247,7 +247,7 @@ def test_connect_timeout_retires_and_backs_off(operators: Start, rts: baton.Runt
     assert st["retry"]["attempt"] >= 3
     assert [h["outcome"] for h in st["history"]][:3] == ["ConnectTimeout"] * 3
     assert op.metric("baton_connect_timeouts_total") >= 3
-    assert rts.events("noready", "ConnectTimeout")
+    assert rts.events_posted("noready", "ConnectTimeout")
 
 
 def test_delete_mid_handoff_leaves_nothing(operators: Start, rts: baton.Runtimes,
@@ -283,7 +283,7 @@ def test_lost_pod_is_handed_off_to_a_new_number(operators: Start, rts: baton.Run
     st2 = rts.wait_ready("lost", 2, timeout=30)
     [entry] = st2["history"]
     assert entry["outcome"] == "Lost" and entry["uid"] == st1["current"]["uid"]
-    assert rts.events("lost", "PodLost")
+    assert rts.events_posted("lost", "PodLost")
     assert pod_watch.assert_one_at_a_time("lost") == [1, 2]
 
 
@@ -327,7 +327,7 @@ def test_lock_timeout_is_reported_and_retried(operators: Start, rts: baton.Runti
 
     wait_for(lock_timeout, timeout=2 + 5, what="Degraded LockTimeout")
     assert time.monotonic() - t0 <= 2 + 5
-    assert rts.events("locked", "LockTimeout")
+    assert rts.events_posted("locked", "LockTimeout")
     assert op.metric("baton_lock_timeouts_total") == 1
     assert rts.gen_pod("locked", 2) is None and rts.gen_pod("locked", 1) is not None
     lease = coord.read_namespaced_lease("baton-locked", namespace)

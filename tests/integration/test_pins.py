@@ -94,7 +94,7 @@ def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_
              what="RetirementBlocked")
     blocked = _cond(rts, "blk", "RetirementBlocked")
     assert blocked["reason"] == "PinnedByCommitEligibleClaim" and "plan-2-a" in blocked["message"]
-    assert [e.type for e in rts.events("blk", "PinnedByCommitEligibleClaim")] == ["Warning"]
+    assert [e.type for e in rts.events_posted("blk", "PinnedByCommitEligibleClaim")] == ["Warning"]
     wait_for(lambda: op.metric("baton_retirements_blocked", namespace=namespace, runtime="blk") == 1, timeout=10,
              what="baton_retirements_blocked 1")
     assert op.metric("baton_retirements_blocked_total") == 1
@@ -105,7 +105,7 @@ def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_
     rts.annotate("blk", "baton.dev/force-retire", "5")
     wait_for(lambda: "baton.dev/force-retire" not in (rts.get("blk")["metadata"].get("annotations") or {}),
              timeout=15, what="stale force-retire removed")
-    assert [e.type for e in rts.events("blk", "StaleForceRetire")] == ["Warning"]
+    assert [e.type for e in rts.events_posted("blk", "StaleForceRetire")] == ["Warning"]
     assert serving(rts, "blk", g1) and _cond(rts, "blk", "RetirementBlocked").get("status") == "True"
 
     rts.annotate("blk", "baton.dev/force-retire", "1")
@@ -113,7 +113,7 @@ def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_
     assert pod_watch.assert_one_at_a_time("blk") == [1, 2]
     [entry] = [h for h in rts.status("blk").get("history", []) if h["generation"] == 1]
     assert "force-retired past pins (claims plan-2-a)" in entry.get("message", "")
-    assert [e.type for e in rts.events("blk", "ForceRetired")] == ["Normal"]
+    assert [e.type for e in rts.events_posted("blk", "ForceRetired")] == ["Normal"]
     assert _cond(rts, "blk", "RetirementBlocked").get("status") == "False"
     wait_for(lambda: op.metric("baton_retirements_blocked", namespace=namespace, runtime="blk") == 0, timeout=10,
              what="baton_retirements_blocked 0")

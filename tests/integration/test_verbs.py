@@ -53,8 +53,8 @@ def test_a_reset_naming_a_generation_being_retired_is_stale(
     assert "baton.dev/reset" not in _annotations(rts, "race")
     stays(lambda: rts.gen_pod("race", 3) is None and rts.gen_pod("race", 2).metadata.uid == g2_uid
           and rts.gen_pod("race", 2).metadata.deletion_timestamp is None, duration=4, what="g2 untouched")
-    assert [e.type for e in rts.events("race", "StaleReset")] == ["Warning"]
-    assert "generation 1" in rts.events("race", "StaleReset")[0].message
+    assert [e.type for e in rts.events_posted("race", "StaleReset")] == ["Warning"]
+    assert "generation 1" in rts.events_posted("race", "StaleReset")[0].message
     assert op.metric("baton_stale_verbs_total", verb="reset") == 1
     assert pod_watch.assert_one_at_a_time("race") == [1, 2]
 
