@@ -69,6 +69,9 @@ FENCING_REJECTIONS = prometheus_client.Counter(
 ACTION_ERRORS = prometheus_client.Counter(
     "baton_action_errors_total", "API calls of a plan that failed, by action.", ["action"], registry=REGISTRY,
 )
+EVENTS_DROPPED = prometheus_client.Counter(
+    "baton_events_dropped_total", "Kubernetes Events not posted because too many waited to be posted.", registry=REGISTRY,
+)
 DRAIN_PROBE_ERRORS = prometheus_client.Counter(
     "baton_drain_probe_errors_total",
     "Drain probes that did not count as idle for a reason other than a non-200 answer, by kind.",

@@ -292,6 +292,7 @@ class Runner:
                                            last=held.last if held else None)
             except Exception as exc:
                 log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc))
+        await self.executor.flush_events(timeout=5.0)
         await self.views.stop()
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:

@@ -539,8 +539,16 @@ def check_stale_refused(rts: baton.Runtimes, verbs: list[Verb], deleted: set[str
     for v in verbs:
         if v.intent != "stale" or v.runtime in deleted:
             continue
+        def named(evs: list[Any]) -> bool:
+            return any(f"names generation {v.value}" in (e.message or "") and e.type == "Warning" for e in evs)
+
+        # Events are posted apart from the plan that consumed the annotation: a moment later.
+        deadline = time.monotonic() + 10
         evs = rts.events(v.runtime, reasons[v.key])
-        if not any(f"names generation {v.value}" in (e.message or "") and e.type == "Warning" for e in evs):
+        while not named(evs) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            evs = rts.events(v.runtime, reasons[v.key])
+        if not named(evs):
             out.append(f"{v.runtime}: stale {v.key}={v.value} has no Warning {reasons[v.key]} event naming it "
                        f"({[e.message for e in evs]})")
     return out

@@ -88,14 +88,14 @@ def cleanup_failure_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch,
     cond = wait_for(failed, timeout=4 + 5 + 10, what="CleanupFailed=True")
     assert cond["reason"] == "PodStuckTerminating"
     assert rts.status("stuck")["lastCleanupFailure"]["uid"] == g1_uid
-    assert [e.type for e in rts.events("stuck", "CleanupFailed")] == ["Warning"]
+    assert [e.type for e in rts.events_posted("stuck", "CleanupFailed")] == ["Warning"]
     stays(lambda: rts.gen_pod("stuck", 2) is None and failed() is not None, duration=3,
           what="CleanupFailed held, no g2")
     rts.annotate("stuck", "baton.dev/force-recovery", "1")
     st2 = rts.wait_ready("stuck", 2, timeout=ready_timeout)
     forced = [h for h in st2["history"] if h["outcome"] == "ForceRecovered"]
     assert forced and forced[0]["uid"] == g1_uid
-    assert rts.events("stuck", "ForceRecovered")
+    assert rts.events_posted("stuck", "ForceRecovered")
     if op is not None:
         assert op.metric("baton_force_recoveries_total") == 1
         assert op.metric("baton_cleanup_failures_total", reason="PodStuckTerminating") == 1

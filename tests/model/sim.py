@@ -714,7 +714,10 @@ class Replica:
         whole run (asyncio.run's loop setup and signal handling dominated the model's time)."""
         self.server.sender = self.identity
         try:
-            return LOOP.run_until_complete(coro)
+            answer = LOOP.run_until_complete(coro)
+            # The executor posts events from a task of its own: let it post this call's.
+            LOOP.run_until_complete(self.executor.flush_events(timeout=60.0))
+            return answer
         finally:
             self.server.sender = None
             left = [t for t in _TASKS_STARTED if not t.done()]
