@@ -3,7 +3,7 @@
 
 One pytest process per batch (BATCH examples, its own seed: SEED, SEED+1, ...), JOBS of them
 at a time, until N examples ran, a batch failed, or MINUTES passed (then the batches running are
-stopped and not counted). Batches keep hypothesis's memory of explored choices small and give a
+stopped and not counted; so on SIGTERM or SIGINT). Batches keep hypothesis's memory of explored choices small and give a
 result that survives a stop. Each batch writes the SHA-256 of every example's rule sequence to
 OUT/traces-SEED.txt; "distinct interleavings" is the union over all batches (two seeds can draw
 the same sequence; it is counted once). A failing batch's output stays in OUT/batch-SEED.log.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -55,11 +56,14 @@ def main() -> int:
         log = open(args.out / f"batch-{seed}.log", "wb")
         cmd = [sys.executable, "-m", "pytest", "tests/model/test_model.py", "-k", "TestBatonModel",
                "-q", "-s", "-p", "no:cacheprovider", "--timeout=0"]
-        running[seed] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        running[seed] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                          preexec_fn=(lambda: os.nice(args.nice)) if args.nice else None)
 
+    stop = []  # SIGTERM/SIGINT: stop starting batches, count the finished ones, print the summary
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
     try:
-        while (queue or running) and not failed:
+        while (queue or running) and not failed and not stop:
             while queue and len(running) < args.jobs and (deadline is None or time.monotonic() < deadline):
                 start(*queue.pop(0))
             if not running:
