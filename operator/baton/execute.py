@@ -273,6 +273,11 @@ class Executor:
             if removed is None:
                 log.info("annotation %s changed before it was removed; left as it is", action.key,
                          extra={"runtime": f"{ns}/{name}"})
+                if action.consumes:
+                    # Consumed by another replica (or changed): it refused it, not us. Read the
+                    # runtime again so this view stops showing the verb, then decide again.
+                    self._seen(await runtimes.read_runtime(ns, name), "ToolRuntime")
+                    raise Superseded(f"annotation {action.key}={action.value} consumed elsewhere")
             self._wrote(snap, removed)
         elif isinstance(action, p.AcquireLease):
             await self._acquire(snap, action, local, key, wake)

@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from harness import baton
-from harness.wait import wait_for
+from harness.wait import stays, wait_for
 
 Start = Callable[..., baton.OperatorProcess]
 LEASE_SECONDS = 5  # BATON_LEASE_SECONDS in harness.baton.OperatorProcess
@@ -86,3 +86,25 @@ def test_three_replicas_thirty_runtimes_three_rounds_with_a_replica_killed(
     # before its SIGKILL: the few it began in between are missing, never extra.
     assert 120 - 30 <= sum(counts.values()) <= 120, counts
     assert all(v > 0 for v in counts.values()), counts
+
+
+def test_a_stale_verb_seen_by_three_replicas_is_refused_once(
+        operators: Start, rts: baton.Runtimes) -> None:
+    """Every replica's view shows the stale annotation at about the same moment, and each may
+    refuse it without the Lease. The refusal is said by whoever removed the annotation (the
+    removal carries the value as a precondition and goes first): one Warning event, one count."""
+    reps = [operators(i) for i in ("op-a", "op-b", "op-c")]
+    for n in ("s1", "s2", "s3"):
+        rts.create(baton.runtime_manifest(n))
+    for n in ("s1", "s2", "s3"):
+        rts.wait_ready(n, 1)
+    for n in ("s1", "s2", "s3"):
+        rts.annotate(n, "baton.dev/reset", "0")  # generation 0 never served: stale
+    for n in ("s1", "s2", "s3"):
+        wait_for(lambda n=n: "baton.dev/reset" not in (rts.get(n)["metadata"].get("annotations") or {}),  # type: ignore[misc]
+                 timeout=15, what=f"stale reset of {n} consumed")
+        rts.events_posted(n, "StaleReset")
+    # A second refusal would come from a replica that decided on the same view: within moments.
+    stays(lambda: all(len(rts.events(n, "StaleReset")) == 1 for n in ("s1", "s2", "s3")),
+          duration=3, what="one StaleReset event per runtime")
+    assert sum(r.metric("baton_stale_verbs_total", verb="reset") or 0 for r in reps) == 3

@@ -53,7 +53,7 @@ def stopped_and_started(kind: str) -> list[Any]:
 
 def stale(verb: str) -> list[Any]:
     reason, key = ("StaleReset", RESET) if verb == "reset" else ("StaleForceRecovery", FORCE)
-    return [Ev("Warning", reason), Unannotate(key), Rec(M.STALE_VERBS, (("verb", verb),))]
+    return [Unannotate(key), Ev("Warning", reason), Rec(M.STALE_VERBS, (("verb", verb),))]
 
 
 def handoff(**kw: Any) -> dict[str, Any]:

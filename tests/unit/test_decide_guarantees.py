@@ -267,7 +267,7 @@ def test_reset_mid_transition_is_recorded_then_refused_after_lock_seconds() -> N
     later = o.model_copy(update={"status": recorded, "identity": b.OTHER, "lease": b.lease_other(renewed=0.0),
                                  "lease_held_here": False})
     assert decide(later, at(5)).wait_seconds is not None
-    check_plan(decide(later, at(10.5)), [Ev("Warning", "StaleReset"), Unannotate(RESET, "7"),
+    check_plan(decide(later, at(10.5)), [Unannotate(RESET, "7"), Ev("Warning", "StaleReset"),
                                          Rec(M.STALE_VERBS, (("verb", "reset"),))], 0)
 
 

@@ -187,14 +187,14 @@ def test_a_stale_force_retire_is_refused_and_removed(value: str) -> None:
     plans = run(w, at(10))
     stale = [pl for pl in plans if pl.find(p.RemoveAnnotation)]
     assert len(stale) == 1
-    check_plan(stale[0], [Ev("Warning", "StaleForceRetire", f"names generation {value}"), Unannotate(FORCE, value),
+    check_plan(stale[0], [Unannotate(FORCE, value), Ev("Warning", "StaleForceRetire", f"names generation {value}"),
                           Rec(p.Metric.STALE_VERBS, (("verb", "force-retire"),))], 0)
     assert transition(w).pin_wait_since == NOW and not any(flips_serving_off(pl) for pl in plans)
 
 
 def test_force_retire_while_idle_is_stale() -> None:
     check_plan(decide(b.observed(annotations={FORCE: "7"}), NOW),
-               [Ev("Warning", "StaleForceRetire"), Unannotate(FORCE, "7"),
+               [Unannotate(FORCE, "7"), Ev("Warning", "StaleForceRetire"),
                 Rec(p.Metric.STALE_VERBS, (("verb", "force-retire"),))], 0)
 
 

@@ -85,10 +85,10 @@ def _pending_reset(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
         return budget - waited + 0.05
     return p.Plan(
         (
+            p.RemoveAnnotation(mf.ANN_RESET, value, consumes=True),
             p.Event("Warning", R.STALE_RESET.value,
                     f"reset names generation {value}, but {_v(t.kind)} {_arrow(t)} was still under way after "
                     f"lockSeconds={o.spec.budgets.lock_seconds}: nothing touched"),
-            p.RemoveAnnotation(mf.ANN_RESET, value),
             p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
         ),
         0,
@@ -418,9 +418,9 @@ def _stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Ac
         if not valid:
             now_gen = str(current.generation) if current else "none"
             actions += [
+                p.RemoveAnnotation(mf.ANN_RESET, reset, consumes=True),
                 p.Event("Warning", R.STALE_RESET.value,
                         f"reset names generation {reset!s}, but the current generation is {now_gen}: nothing touched"),
-                p.RemoveAnnotation(mf.ANN_RESET, reset),
                 p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
             ]
     force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
@@ -434,9 +434,9 @@ def _stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Ac
 
 def _stale_force(o: obs.Observed, value: str, why: str) -> list[p.Action]:
     return [
+        p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value, consumes=True),
         p.Event("Warning", R.STALE_FORCE_RECOVERY.value,
                 f"force-recovery names generation {value!s}, but {why}: nothing touched"),
-        p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value),
         p.Record(p.Metric.STALE_VERBS, (("verb", "force-recovery"),)),
     ]
 
@@ -944,9 +944,9 @@ def _pin_parked(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> tu
 
 def _stale_force_retire(value: str, why: str) -> list[p.Action]:
     return [
+        p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, value, consumes=True),
         p.Event("Warning", R.STALE_FORCE_RETIRE.value,
                 f"force-retire names generation {value!s}, but {why}: nothing touched"),
-        p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, value),
         p.Record(p.Metric.STALE_VERBS, (("verb", "force-retire"),)),
     ]
 

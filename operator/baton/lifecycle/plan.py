@@ -55,6 +55,10 @@ class RemoveAnnotation:
 
     key: str
     value: str
+    # A refusal is said by whoever consumes the verb: with `consumes`, the rest of the plan (its
+    # Warning event) runs only if this removal landed; another replica that removed it first
+    # has said it (several replicas refusing one stale verb posted one event each).
+    consumes: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
