@@ -692,6 +692,10 @@ class Replica:
         self.local.clock = self.clock
         self.cursor = 0
         self.lagging = False
+        # One watch stream behind the others (each kind is its own stream in a cluster): its
+        # events are held back, in order, and delivered when it catches up.
+        self.lagging_kinds: set[str] = set()
+        self.held_back: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         self.pause_before_fenced = False
         self.paused_plan = None
         self.last_wait: float | None = 0.0
@@ -700,13 +704,29 @@ class Replica:
     def catch_up(self, upto: int | None = None) -> None:
         """Deliver watch events up to `upto` (all by default)."""
         end = len(self.server.events) if upto is None else min(upto, len(self.server.events))
+        for kind in [k for k in self.held_back if k not in self.lagging_kinds]:
+            for type_, obj in self.held_back.pop(kind):
+                self._deliver(type_, kind, obj)
         for type_, kind, obj in self.server.events[self.cursor:end]:
-            store = getattr(self.views, KIND_STORE[kind])
-            if type_ == "DELETED":
-                store.delete(obj)
+            if kind in self.lagging_kinds:
+                self.held_back.setdefault(kind, []).append((type_, obj))
             else:
-                store.apply(obj)
+                self._deliver(type_, kind, obj)
         self.cursor = max(self.cursor, end)
+
+    def _deliver(self, type_: str, kind: str, obj: dict[str, Any]) -> None:
+        store = getattr(self.views, KIND_STORE[kind])
+        if type_ == "DELETED":
+            store.delete(obj)
+        else:
+            store.apply(obj)
+
+    def stream_lag(self, kind: str, lag: bool) -> None:
+        """The watch stream of `kind` falls behind (its events held back) or catches up."""
+        if lag:
+            self.lagging_kinds.add(kind)
+        else:
+            self.lagging_kinds.discard(kind)
 
     def _run(self, coro: Any) -> Any:
         """Run one coroutine to the end, as asyncio.run would (tasks it left, such as a Lease

@@ -95,6 +95,14 @@ class BatonModel(RuleBasedStateMachine):
         self._t("lag", r, lag)
         self.replicas[r].lagging = lag
 
+    @rule(r=replica_ix, kind=hs.sampled_from(["ToolRuntime", "Lease", "Pod"]), lag=hs.booleans())
+    def stream_lag(self, r: int, kind: str, lag: bool) -> None:
+        """One watch stream of a replica falls behind its others, or catches up (chaos seed
+        3051: a replica's Leases watch delivered a DELETED before its runtimes watch delivered
+        the runtime's later states)."""
+        self._t("stream-lag", r, kind, lag)
+        self.replicas[r].stream_lag(kind, lag)
+
     @rule(seconds=hs.sampled_from([1, 2, 3, 7]))
     def time_passes(self, seconds: int) -> None:
         self._t("time", seconds)
@@ -399,6 +407,7 @@ class BatonModel(RuleBasedStateMachine):
             for r in self.replicas:
                 r.resume()
                 r.lagging = False
+                r.lagging_kinds.clear()
             while self.server.held:
                 self.server.deliver(0)
             # Timed run with the faults as they are, then healed, until it settles.

@@ -122,8 +122,14 @@ def _with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pl
     lease, status = o.lease, o.status
     if _held_by_me(o):
         if status.fencing_token > lease.token:
-            # Somebody acquired after us and wrote status: we are the stale holder.
-            return p.Plan((), 1.0, "fenced out: status carries a newer token")
+            # Status carries a token above the Lease we hold. Either our view of the Lease is
+            # stale (another took it and wrote status: the compare-and-swap below fails and we
+            # stand back), or the Lease was deleted and created again below a token its holder
+            # had written (a person deleted it between that holder's acquire and our create):
+            # take our own Lease up past the status first, never act on the lower token. Waiting
+            # instead would hold that Lease, renewed, and do nothing, for good.
+            token = status.fencing_token + 1
+            return p.Plan((p.AcquireLease(token=token),), 0, f"fenced out: take the Lease up to token {token}")
         if status.fencing_token < lease.token and status.transition is not None:
             # Resuming someone's transition: write our token before any step is acted on.
             resumed = _base(o, now)
