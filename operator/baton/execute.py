@@ -34,9 +34,10 @@ from baton.lifecycle import plan as p
 
 log = logging.getLogger("baton.execute")
 
+EVENT_BACKLOG = 1000  # events waiting to be posted; past it new ones are dropped (counted)
+
 # Tests only: BATON_FAULT_CLOCK_OFFSET_SECONDS shifts this process's wall clock (a replica whose
 # clock runs ahead or behind). The monotonic clock, which judges Leases, is never shifted.
-EVENT_BACKLOG = 1000  # events waiting to be posted; past it new ones are dropped (counted)
 _CLOCK_OFFSET = datetime.timedelta(seconds=float(os.environ.get("BATON_FAULT_CLOCK_OFFSET_SECONDS") or 0))
 
 
@@ -275,8 +276,13 @@ class Executor:
                          extra={"runtime": f"{ns}/{name}"})
                 if action.consumes:
                     # Consumed by another replica (or changed): it refused it, not us. Read the
-                    # runtime again so this view stops showing the verb, then decide again.
-                    self._seen(await runtimes.read_runtime(ns, name), "ToolRuntime")
+                    # runtime again so this view stops showing the verb, then decide again (gone:
+                    # back off until the watch says so, rather than decide again on this view).
+                    stored = await runtimes.read_runtime(ns, name)
+                    still = ((stored or {}).get("metadata") or {}).get("annotations") or {}
+                    if stored is None or still.get(action.key) == action.value:
+                        raise Aborted(f"annotation {action.key}={action.value} not removed")  # backed off, not spun
+                    self._seen(stored, "ToolRuntime")
                     raise Superseded(f"annotation {action.key}={action.value} consumed elsewhere")
             self._wrote(snap, removed)
         elif isinstance(action, p.AcquireLease):
