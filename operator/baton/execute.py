@@ -278,11 +278,10 @@ class Executor:
                     # Consumed by another replica (or changed): it refused it, not us. Read the
                     # runtime again so this view stops showing the verb, then decide again (gone:
                     # back off until the watch says so, rather than decide again on this view).
-                    stored = await runtimes.read_runtime(ns, name)
+                    stored = await self._read_runtime_into_view(key)
                     still = ((stored or {}).get("metadata") or {}).get("annotations") or {}
                     if stored is None or still.get(action.key) == action.value:
                         raise Aborted(f"annotation {action.key}={action.value} not removed")  # backed off, not spun
-                    self._seen(stored, "ToolRuntime")
                     raise Superseded(f"annotation {action.key}={action.value} consumed elsewhere")
             self._wrote(snap, removed)
         elif isinstance(action, p.AcquireLease):
@@ -395,15 +394,19 @@ class Executor:
         person), and this replica's runtimes watch may lag behind its Leases watch (separate
         streams), so the view's status token + 1 can be one used before (tests/chaos seed 3051).
         The runtime as stored is the record left: one authoritative read, once per Lease created."""
-        ns, name = key
-        stored = await runtimes.read_runtime(ns, name)
+        stored = await self._read_runtime_into_view(key)
         if stored is None or (stored.get("metadata") or {}).get("uid") != snap.observed.uid:
             raise Aborted("the runtime is gone (or was created again): no Lease created for it")
-        self._seen(stored, "ToolRuntime")
         token = int((stored.get("status") or {}).get("fencingToken") or 0)
         if token >= action.token:
             raise Superseded(f"the runtime as stored carries fencing token {token}, this pass would "
                              f"create the Lease with {action.token}: read again")
+
+    async def _read_runtime_into_view(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The runtime as stored now (an authoritative read), applied to the view; None if gone."""
+        stored = await runtimes.read_runtime(*key)
+        self._seen(stored, "ToolRuntime")
+        return stored
 
     def _wrote(self, snap: snapshot_mod.Snapshot, written: dict[str, Any] | None) -> None:
         """A write of the runtime itself: applied to the view, and the base (resourceVersion,
@@ -438,8 +441,7 @@ class Executor:
         except client.ApiError as exc:
             if client.is_conflict(exc):
                 # Counted as baton_api_requests_total{verb="PATCH",resource="toolruntimes/status",code="409"}.
-                fresh = await runtimes.read_runtime(ns, name)
-                self._seen(fresh, "ToolRuntime")
+                await self._read_runtime_into_view(key)
                 raise Superseded("status write refused: the runtime changed since this pass read it "
                                  f"(resourceVersion {rv}); read again") from exc
             text = client.short(exc)

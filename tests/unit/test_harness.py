@@ -3,6 +3,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -78,9 +82,6 @@ def test_plane_nodes_and_network_rule() -> None:
 
 def test_free_ports_drawn_at_once_by_many_threads_are_distinct_and_bindable() -> None:
     # Chaos lanes start their replicas at the same moment; two of them once got the same port.
-    import socket
-    import threading
-
     drawn: list[int] = []
     barrier = threading.Barrier(8)
 
@@ -103,9 +104,6 @@ def test_free_ports_drawn_at_once_by_many_threads_are_distinct_and_bindable() ->
 
 def test_a_port_claimed_by_a_live_process_is_not_handed_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A chaos run and a test run side by side: each skips the ports the other holds a claim on.
-    import subprocess
-    import sys
-
     monkeypatch.setattr(baton, "_PORT_CLAIMS", tmp_path)
     (tmp_path / "20001").write_text(str(os.getppid()))  # a live claimant
     assert not baton._claim(20001)
