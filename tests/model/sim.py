@@ -380,8 +380,12 @@ class Server:
             if content_type == "application/json-patch+json":
                 return self._json_patch(kind, obj, body)
             meta_patch = (body or {}).get("metadata") or {}
-            if "uid" in meta_patch and meta_patch["uid"] != obj["metadata"]["uid"]:
-                raise _err(409, "Conflict", "Precondition failed: UID")
+            # As kube-apiserver answers (tests/integration/test_k8s_adapters.py): a merge patch's
+            # metadata.uid on another object is refused as invalid (422, not 409); a status
+            # subresource ignores it altogether.
+            if "uid" in meta_patch and meta_patch["uid"] != obj["metadata"]["uid"] and sub != "status":
+                raise _err(422, "Invalid", f'{kind} "{name}" is invalid: metadata.uid: Invalid value: '
+                           f'"{meta_patch["uid"]}": field is immutable')
             if "resourceVersion" in meta_patch and meta_patch["resourceVersion"] != obj["metadata"]["resourceVersion"]:
                 raise _err(409, "Conflict", "the object has been modified")
             if kind == "ToolRuntime" and sub == "status":
@@ -418,6 +422,10 @@ class Server:
                 if keys[-1] not in parent:
                     raise _err(422, "Invalid", "path not found")
                 del parent[keys[-1]]
+            elif op["op"] == "add":
+                parent[keys[-1]] = clone(op["value"])
+            else:
+                raise _err(422, "Invalid", f"op {op['op']} not simulated")
         return self.store(kind, new)
 
     def _status_patch(self, obj: dict[str, Any], body: dict[str, Any]) -> Any:
@@ -625,6 +633,10 @@ class FakeApi:
             s.delay_next.discard(what)
             s.held.append(Held(s.sender or "?", method, path, body, content_type, what, s.rv))
             raise asyncio.TimeoutError(f"{what} request timed out (held in the network)")
+        if what == "create" and s.sender is not None and not s.delivering:
+            # Judged when the create is sent on time (not when planned: an earlier action of the
+            # plan, ConfirmNoPod, may stop it), whatever the API server answers.
+            s.create_sent(s.sender, int(body["metadata"]["labels"][mf.LABEL_GENERATION]))
         return s.handle(method, path, body, content_type, query)
 
     async def get_or_none(self, path: str) -> Any:
@@ -784,10 +796,6 @@ class Replica:
 
     def execute(self, snap: snapshot_mod.Snapshot, plan: p.Plan) -> bool:
         for a in plan.actions:
-            if isinstance(a, p.CreatePod) and self.executor.holds((NS, RT)):
-                gen = int(a.manifest["metadata"]["labels"][mf.LABEL_GENERATION])
-                if "create" not in self.server.delay_next:
-                    self.server.create_sent(self.identity, gen)
             if isinstance(a, p.ForceDeletePod) and self.executor.holds((NS, RT)):
                 self.server.force_deleted.add(a.uid)
         self.woken = False

@@ -673,3 +673,49 @@ def teardown_module() -> None:
         if traces:
             with open(traces, "a") as f:
                 f.write("\n".join(sorted(STATS["traces"])) + "\n")
+
+
+def test_a_transition_ended_before_its_pod_was_seen_never_forgets_that_pod() -> None:
+    """Found by the long model check (seed 600024): a replacement's create landed, its pod's
+    runtime label was edited off (no label-selected view lists it) and the runtime suspended
+    before the step after Creating was written. The transition ended "nothing to create", the
+    number given up, the pod forgotten; the next Create was sent beside it (the API server
+    refused it: one pod name). Now the name is read fresh before a Creating transition ends:
+    the pod is found, and retired before anything else is created."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        r = m.replicas[0]
+        m.replicas = [r]  # one replica acts, pass by pass
+        m.template_changes()
+        created = None
+        for _ in range(60):  # until the replacement's create has landed, its Creating step still persisted
+            if r.step() is not None and r.last_wait != 0:
+                m.advance(1)
+            s = srv.status()
+            assert s is not None
+            created = next((pd for pd in srv.pods() if not pd["metadata"].get("deletionTimestamp")
+                            and pd["metadata"]["labels"].get(mf.LABEL_GENERATION) == "2"), None)
+            if created is not None:
+                break
+        assert created is not None and s.transition is not None and s.transition.step == st.Step.CREATING, s
+        uid = created["metadata"]["uid"]
+        m.runtime_label_edited_off()
+        m.suspend(True)
+        got = r.decide()
+        assert got is not None
+        assert got[1].find(p.ConfirmNoPod), f"a Creating transition ending without reading the name: {got[1]}"
+        r.execute(*got)
+        s = srv.status()
+        assert s is not None and s.transition is not None, "the transition ended with its pod still standing"
+        m.run_for(30)
+        m.suspend(False)
+        m.run_until_settled(120, budgets={})
+        s = srv.status()
+        assert s is not None and s.current is not None and s.current.generation == 3, s
+        assert any(h.generation == 2 and h.uid == uid for h in s.history), s.history
+        assert uid in srv.gone_uids
+        assert not srv.violations, "\n".join(srv.violations)
+    finally:
+        m.undo()

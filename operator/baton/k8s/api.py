@@ -43,6 +43,14 @@ def is_status(exc: BaseException, *codes: int) -> bool:
     return isinstance(exc, ApiError) and exc.status in codes
 
 
+def is_uid_mismatch(exc: BaseException) -> bool:
+    """A merge patch carrying metadata.uid sent to a name that now holds another object: the API
+    server answers 422 Invalid ("metadata.uid: ... field is immutable"), not 409 (checked against
+    kube-apiserver 1.36: tests/integration/test_k8s_adapters.py). Status subresources ignore
+    metadata.uid altogether: there a JSON patch `test` of /metadata/uid is the guard."""
+    return isinstance(exc, ApiError) and exc.status == 422 and "metadata.uid" in exc.message
+
+
 def _resource_of(path: str) -> str:
     """`/api/v1/namespaces/ns/pods/x/status` -> `pods/status` (a bounded label value)."""
     parts = [p for p in path.split("?")[0].split("/") if p]

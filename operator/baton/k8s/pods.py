@@ -25,11 +25,19 @@ async def create_pod(namespace: str, manifest: dict[str, Any]) -> dict[str, Any]
     return created
 
 
-async def patch_pod_serving(namespace: str, name: str, uid: str, serving: bool) -> dict[str, Any]:
-    """Flip the serving label; the UID in the patch makes it fail on a same-named successor."""
+async def patch_pod_serving(namespace: str, name: str, uid: str, serving: bool) -> dict[str, Any] | None:
+    """Flip the serving label; the UID in the patch makes it fail on a same-named successor.
+
+    Stopping admission on a pod that is gone (404, or the name now holds another UID) has nothing
+    left to do: None. Starting it there fails."""
     body = {"metadata": {"uid": uid, "labels": {"baton.dev/serving": "true" if serving else "false"}}}
-    patched: dict[str, Any] = await client.work().request(
-        "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")
+    try:
+        patched: dict[str, Any] = await client.work().request(
+            "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")
+    except api.ApiError as exc:
+        if not serving and (exc.status == 404 or api.is_uid_mismatch(exc)):
+            return None
+        raise
     return patched
 
 
@@ -53,6 +61,6 @@ async def force_delete_pod(namespace: str, name: str, uid: str) -> None:
                                     body={"metadata": {"uid": uid, "finalizers": None}},
                                     content_type="application/merge-patch+json")
     except api.ApiError as exc:
-        if exc.status in (404, 409):
-            return
+        if exc.status == 404 or api.is_uid_mismatch(exc):
+            return  # that UID is gone
         raise

@@ -36,8 +36,13 @@ async def apply_service(namespace: str, manifest: dict[str, Any], *, uid: str | 
             raise
     # metadata.uid in the patch: the API server refuses it if the name now holds another object.
     body = {"metadata": {"uid": uid, "labels": manifest["metadata"]["labels"]}, "spec": manifest["spec"]}
-    patched: dict[str, Any] = await client.work().request(
-        "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")
+    try:
+        patched: dict[str, Any] = await client.work().request(
+            "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")
+    except api.ApiError as exc:
+        if api.is_uid_mismatch(exc):
+            raise NotOwned(f"Service {namespace}/{name} is now another object (uid {uid} is gone)") from exc
+        raise
     return patched
 
 

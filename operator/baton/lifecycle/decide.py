@@ -631,12 +631,12 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     else:
         status = status.model_copy(update=update)
         status = _with_conditions(_step_conditions(status, o, now, t), o, now, *changes)
+    # Events and metrics record what WriteStatus persisted, so they come right after it: they are
+    # queued, never fail, and an API call failing later in the plan cannot lose them (the next
+    # pass finds the transition begun and does not begin it again).
     actions: list[p.Action] = [
         p.WriteStatus(status),
-        *_stop_admission_now(o.model_copy(update={"status": status}), t, now, old),
         *pin_events,
-        # The Service exists before the first generation is Ready (it selects nothing until then).
-        *_service_actions(o),
         p.Event("Normal", R.TRANSITION_STARTED.value,
                 f"{_v(t.kind)} {_arrow(t)} ({_v(t.trigger)}) by {o.identity}, fencing token {status.fencing_token}"),
         p.Record(p.Metric.TRANSITIONS, (("kind", _v(t.kind)),)),
@@ -649,6 +649,11 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
                             f"pod {t.from_pod} (uid {t.from_uid}) is not the current generation's: retiring it "
                             "before anything else"),
                     p.Record(p.Metric.NAME_CONFLICTS, (("kind", R.MULTIPLE_PODS.value),))]
+    actions += [
+        *_stop_admission_now(o.model_copy(update={"status": status}), t, now, old),
+        # The Service exists before the first generation is Ready (it selects nothing until then).
+        *_service_actions(o),
+    ]
     if t.trigger == st.Trigger.RESET:
         actions.append(p.RemoveAnnotation(mf.ANN_RESET, o.annotations.get(mf.ANN_RESET, "")))
     return p.Plan(tuple(actions), 0, f"begin {_v(t.kind)} {_arrow(t)}")
@@ -1284,10 +1289,13 @@ def _creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pl
         return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} (uid {stray.uid}) still stands: retire it first")
     if mine is None and (o.spec.suspend or o.missing_config_refs):
         # Suspended or config incomplete before the pod existed: start nothing, give the number up.
+        # Only once the name is read fresh (ConfirmNoPod): the create may have landed with its
+        # label edited off (the views never list it), and a transition ended here would forget
+        # it; the next Create would then be sent beside it (the model check, seed 600024).
         status = _base(o, now).model_copy(update={"transition": None})
         status = _steady_status(o.model_copy(update={"status": status}), now, None)
         status = _with_conditions(status, o, now, (C.PROGRESSING, False, R.IDLE, ""))
-        return p.Plan((p.WriteStatus(status),), 0, "nothing to create")
+        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status)), 0, "nothing to create")
     if mine is not None:
         return _advance(o, t, now, S.CONNECTING, deadline=now + _seconds(o.spec.budgets.connect_seconds),
                         to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash,
