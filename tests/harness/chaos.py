@@ -58,7 +58,12 @@ KINDS: dict[str, tuple[float, str]] = {
     "hold-create": (1, ""),
     "release-create": (1, ""),
     "delete": (1, "runtime"),
+    # Composite, drawn apart in actions() (weight 0 here) so earlier seeds' orderings stay as
+    # they were: a create held in the network, its sender stopped past the Lease, another
+    # replica takes over, then the held create arrives.
+    "late-create": (0, ""),
 }
+LATE_CREATE_SHARE = 0.3  # of orderings that get one late-create action
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,9 @@ def actions(seed: int) -> list[Action]:
         what = KINDS[kind][1]
         target = rng.choice(RUNTIMES) if what == "runtime" else rng.choice(REPLICAS) if what else ""
         out.append(Action(kind, target, round(rng.uniform(0.1, 1.0), 2)))
+    late = random.Random(f"late-create-{seed}")
+    if late.random() < LATE_CREATE_SHARE:
+        out.insert(late.randint(0, len(out)), Action("late-create", "", round(late.uniform(0.1, 1.0), 2)))
     return out
 
 
@@ -348,6 +356,69 @@ class Ordering:
         self.holding = False
         released = self.proxy.release(timeout=20)
         return "released " + (", ".join(f"POST -> {e.status}" for e in released) or "nothing")
+
+    def _late_create(self) -> str:
+        """A create that lands after a takeover. op-b's pod creates are held in the proxy; the
+        other replicas are stopped while the template of a runtime at rest changes, so op-b takes
+        the handoff and sends the create (held); they are continued, op-b is stopped past its
+        Lease so another replica takes the transition over; then the held create is delivered
+        and op-b continued. Bounded: about 30 s at most."""
+        if self.holding or PROXIED in self.stopped:
+            return "skipped: holding already, or op-b stopped"
+        at_rest = [rt for rt in RUNTIMES if rt not in self.deleted and self._at_rest(rt)]
+        if not at_rest:
+            return "skipped: no runtime at rest (each deleted, suspended, stuck or in a transition)"
+        rt = self.rng.choice(at_rest)
+        op = self.ops[PROXIED]
+        others = [r for r in REPLICAS if r != PROXIED and r not in self.stopped]
+        self.proxy.hold(apiproxy.matching(method="POST", path=rf"/api/v1/namespaces/{self.ns}/pods"))
+
+        def creating_by_b() -> int | None:
+            """rt's fencing token while op-b holds it at Creating (its create sent: held)."""
+            st = self._status(rt)
+            t = st.get("transition") or {}
+            if t.get("step") == "Creating" and st.get("holder") == op.identity and self.proxy.held_count() > 0:
+                return int(st["fencingToken"])
+            return None
+
+        token: int | None = None
+        others_for = 0.0
+        stopped_at = time.monotonic()
+        for r in others:
+            self.ops[r].signal(signal.SIGSTOP)
+        try:
+            self._template(rt)
+            try:  # op-b retires the pod (drain, grace, gone), then creates: a few seconds
+                token = wait_for(creating_by_b, timeout=10, what=f"{op.identity} creating {rt}", interval=0.1)
+            except WaitTimeout:
+                return f"skipped: {op.identity} did not reach {rt}'s create within 10 s"
+            finally:
+                for r in others:
+                    self.ops[r].signal(signal.SIGCONT)
+                others_for = time.monotonic() - stopped_at
+            op.signal(signal.SIGSTOP)
+            time.sleep(LEASE_SECONDS + 1)  # past its Lease: another replica may take over
+            try:
+                wait_for(lambda: int(self._status(rt).get("fencingToken") or 0) > (token or 0), timeout=10,
+                         what=f"another replica taking {rt} over", interval=0.2)
+                takeover = f"taken over (fencing token above {token})"
+            except WaitTimeout:
+                takeover = f"not taken over within {LEASE_SECONDS + 11} s"
+            released = self.proxy.release(timeout=20)
+        finally:
+            self.proxy.release(timeout=20)  # nothing left held, whatever happened
+            op.signal(signal.SIGCONT)
+        return (f"{rt}: others stopped {others_for:.1f}s, {op.identity} sent its create (held), was stopped "
+                f"{LEASE_SECONDS + 1}s, {takeover}; delivered late: "
+                + (", ".join(f"POST -> {e.status}" for e in released) or "nothing"))
+
+    def _at_rest(self, rt: str) -> bool:
+        """Serving, nothing in progress, not suspended, its pod not held by a finalizer."""
+        obj = self.rts.get(rt)
+        st, pod = obj.get("status") or {}, self.rts.pod(rt)
+        return (not (obj.get("spec") or {}).get("suspend") and not st.get("transition") and bool(st.get("current"))
+                and pod is not None and pod.metadata.deletion_timestamp is None
+                and HOLD not in (pod.metadata.finalizers or []))
 
     def _delete(self, rt: str) -> str:
         self.rts.delete(rt)
