@@ -128,6 +128,12 @@ MUTATIONS = [
         (("        if snap.lease is None:\n            await self._check_token_for_new_lease(snap, action, key)\n",
           "        if False:\n            await self._check_token_for_new_lease(snap, action, key)\n"),),
     ),
+    Mutation(
+        "end-creating-unread", "a Creating transition ends (suspended) without reading the pod name first",
+        "operator/baton/lifecycle/decide.py",
+        (("        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status)), 0, \"nothing to create\")\n",
+          "        return p.Plan((p.WriteStatus(status),), 0, \"nothing to create\")\n"),),
+    ),
 ]
 
 

@@ -719,3 +719,42 @@ def test_a_transition_ended_before_its_pod_was_seen_never_forgets_that_pod() -> 
         assert not srv.violations, "\n".join(srv.violations)
     finally:
         m.undo()
+
+
+def test_a_holder_frozen_before_a_pod_change_is_refused_by_its_own_fresh_lease_check() -> None:
+    """The holder decides a plan that changes a pod, then freezes (SIGSTOP) past its Lease while
+    another replica takes the runtime over; resumed, it must not send that plan's pod change:
+    the executor refuses actions on pods without a fresh Lease (before the API server's fences
+    have to). Drawn by the rule `frozen_before_acting` too; here every run, so the mutation
+    `skip-fencing-check` is caught whatever examples the budget draws."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        everyone = list(m.replicas)
+        holder = m.replicas[0]
+        m.replicas = [holder]
+        m.template_changes()
+        for _ in range(60):  # the handoff, pass by pass, up to a plan that begins with a pod change
+            got = holder.decide()
+            if got is not None and got[1].actions and isinstance(got[1].actions[0], p.FENCED):
+                # No status write ahead of it (its resourceVersion precondition would refuse the
+                # plan first): only the fresh-Lease check stands between it and the pod.
+                holder.paused_plan = got
+                break
+            if got is not None:
+                holder.execute(*got)
+            if holder.last_wait != 0:
+                m.advance(1)
+        assert holder.paused_plan is not None, "no plan of the handoff begins with a pod change"
+        m.replicas = everyone  # the frozen one does nothing until resumed
+        frozen_token = holder.executor.held[(sim.NS, sim.RT)].token
+        m.run_for(3 * sim.LEASE_SECONDS)  # the others take over past its Lease
+        s = srv.status()
+        assert s is not None and s.fencing_token > frozen_token, "nobody took over: nothing to fence"
+        holder.resume()
+        assert not srv.violations, "\n".join(srv.violations)
+        m.run_until_settled(120, budgets={})
+        assert not srv.violations, "\n".join(srv.violations)
+    finally:
+        m.undo()
