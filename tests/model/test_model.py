@@ -758,3 +758,39 @@ def test_a_holder_frozen_before_a_pod_change_is_refused_by_its_own_fresh_lease_c
         assert not srv.violations, "\n".join(srv.violations)
     finally:
         m.undo()
+
+
+def test_a_number_given_up_is_never_given_out_again() -> None:
+    """A create lost in the network, then the runtime suspended: the transition gives its number
+    up with no pod and no history entry to show it was ever used; only status.latestGeneration
+    remembers it. Resumed, the next generation takes the number above it (invariant 2). The
+    mutation `forget-latest-generation` fails here every run."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        r = m.replicas[0]
+        m.replicas = [r]
+        m.template_changes()
+        srv.delay_next.add("create")
+        for _ in range(60):  # the handoff up to its create, which the network holds
+            if srv.held:
+                break
+            if r.step() is not None and r.last_wait != 0:
+                m.advance(1)
+        assert srv.held, "the create was never sent"
+        srv.held.clear()  # lost: it never arrives
+        s = srv.status()
+        assert s is not None and s.transition is not None and s.transition.to == 2, s
+        m.suspend(True)
+        m.run_for(20)
+        s = srv.status()
+        assert s is not None and s.transition is None and s.latest_generation == 2, s
+        assert not any(h.generation == 2 for h in s.history) and not srv.pods(), (s.history, srv.pods())
+        m.suspend(False)
+        m.run_until_settled(120, budgets={})
+        assert not srv.violations, "\n".join(srv.violations)
+        s = srv.status()
+        assert s is not None and s.current is not None and s.current.generation == 3, s
+    finally:
+        m.undo()
