@@ -363,11 +363,15 @@ class Ordering:
         the handoff and sends the create (held); they are continued, op-b is stopped past its
         Lease so another replica takes the transition over; then the held create is delivered
         and op-b continued. Bounded: about 30 s at most."""
-        if self.holding or PROXIED in self.stopped:
-            return "skipped: holding already, or op-b stopped"
+        before = []
+        if self.holding:  # an earlier hold-create: its creates go first
+            before.append(f"first {self._release_create()}")
+        if PROXIED in self.stopped:
+            before.append(f"first {self._sigcont(PROXIED)}")
+        prefix = "; ".join(before) + ("; " if before else "")
         at_rest = [rt for rt in RUNTIMES if rt not in self.deleted and self._at_rest(rt)]
         if not at_rest:
-            return "skipped: no runtime at rest (each deleted, suspended, stuck or in a transition)"
+            return f"{prefix}skipped: no runtime at rest (each deleted, suspended, stuck or in a transition)"
         rt = self.rng.choice(at_rest)
         op = self.ops[PROXIED]
         others = [r for r in REPLICAS if r != PROXIED and r not in self.stopped]
@@ -391,7 +395,7 @@ class Ordering:
             try:  # op-b retires the pod (drain, grace, gone), then creates: a few seconds
                 token = wait_for(creating_by_b, timeout=10, what=f"{op.identity} creating {rt}", interval=0.1)
             except WaitTimeout:
-                return f"skipped: {op.identity} did not reach {rt}'s create within 10 s"
+                return f"{prefix}skipped: {op.identity} did not reach {rt}'s create within 10 s"
             finally:
                 for r in others:
                     self.ops[r].signal(signal.SIGCONT)
@@ -400,15 +404,18 @@ class Ordering:
             time.sleep(LEASE_SECONDS + 1)  # past its Lease: another replica may take over
             try:
                 wait_for(lambda: int(self._status(rt).get("fencingToken") or 0) > (token or 0), timeout=10,
-                         what=f"another replica taking {rt} over", interval=0.2)
-                takeover = f"taken over (fencing token above {token})"
+                         what=f"another replica taking {rt} over", interval=0.1)
+                # At once: it may land before the new holder's own create; later: after it.
+                after = self.rng.choice([0.0, 2.0])
+                time.sleep(after)
+                takeover = f"taken over (fencing token above {token}), delivered {after:.0f}s after"
             except WaitTimeout:
                 takeover = f"not taken over within {LEASE_SECONDS + 11} s"
             released = self.proxy.release(timeout=20)
         finally:
             self.proxy.release(timeout=20)  # nothing left held, whatever happened
             op.signal(signal.SIGCONT)
-        return (f"{rt}: others stopped {others_for:.1f}s, {op.identity} sent its create (held), was stopped "
+        return (f"{prefix}{rt}: others stopped {others_for:.1f}s, {op.identity} sent its create (held), was stopped "
                 f"{LEASE_SECONDS + 1}s, {takeover}; delivered late: "
                 + (", ".join(f"POST -> {e.status}" for e in released) or "nothing"))
 
