@@ -338,7 +338,13 @@ class Executor:
                 raise
             log.info("created pod %s", action.manifest["metadata"]["name"], extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.SetServing):
-            seen(await pods.patch_pod_serving(ns, action.pod, action.uid, action.serving), "Pod")
+            patched = await pods.patch_pod_serving(ns, action.pod, action.uid, action.serving)
+            if patched is None:
+                # The API server says this UID is gone (404 by name, or the name holds another
+                # UID; UIDs are never reused). A view that still shows it (its watch behind)
+                # would plan the same flip again at once, pass after pass: drop it from the view.
+                self.views.pods.delete({"metadata": {"namespace": ns, "name": action.pod, "uid": action.uid}})
+            seen(patched, "Pod")
         elif isinstance(action, p.DeletePod):
             seen(await pods.delete_pod(ns, action.pod, action.uid, action.grace_seconds))
             log.info("deleted pod %s uid=%s grace=%ss", action.pod, action.uid, action.grace_seconds,

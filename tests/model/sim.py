@@ -144,6 +144,9 @@ class Server:
         self.delivering = False  # applying a held request (late): the API server's fences only
         # Facts for the invariants.
         self.all_pod_uids: dict[str, int | None] = {}  # uid -> generation label, every pod ever created
+        # Pods a held create made when delivered late: unknown to every replica until its view
+        # shows them (the API server's one name per runtime is what keeps a second one out).
+        self.late_pod_uids: set[str] = set()
         self.gone_uids: set[str] = set()
         self.force_deleted: set[str] = set()  # UIDs Baton force-deleted (a recorded force recovery)
         self.creates_sent: list[int] = []  # generations of CreatePod sent on time
@@ -347,6 +350,8 @@ class Server:
                 created = self.create(kind, body)
                 gen_text = created["metadata"]["labels"].get(mf.LABEL_GENERATION)
                 self.all_pod_uids[created["metadata"]["uid"]] = int(gen_text) if gen_text else None
+                if self.delivering:
+                    self.late_pod_uids.add(created["metadata"]["uid"])
                 return created
             # A Lease whose owner is gone is created all the same, as the API server does (its
             # garbage collector comes later, seconds to minutes): its holder must delete it.
@@ -566,8 +571,14 @@ class Server:
         """Invariant 1/2, checked when a replica sends a create on time (the API server would
         refuse a second pod of the name anyway: this is about the decision): every earlier
         generation's pod the runtime knew of is gone by UID, or force-recovered; a generation
-        number is never sent again once a later one was."""
+        number is never sent again once a later one was. A pod a late create made counts once
+        the sender's view shows it (seed 700018: it landed 50 s after its generation had been
+        retired, and the next create, sent on a view behind, was refused by name)."""
+        sender = self.senders.get(replica)
         for uid, g in self.all_pod_uids.items():
+            if uid in self.late_pod_uids and (sender is None or not any(
+                    pd["metadata"]["uid"] == uid for pd in sender.views.pods.items())):
+                continue
             if g is not None and g < gen and uid not in self.gone_uids and uid not in self.force_deleted:
                 self.violation(f"{replica}: create of g{gen} sent while g{g}'s pod uid {uid} still exists")
         if self.creates_sent and gen < max(self.creates_sent):
