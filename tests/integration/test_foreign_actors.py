@@ -270,3 +270,32 @@ def test_an_owned_pod_no_view_selects_is_retired_before_the_runtime_goes(
         f"pod deleted only after its runtime (rv {rt_deleted}): the garbage collector, not Baton")
     assert pod_watch.deleted("unseen")[0].resource_version < rt_deleted
     assert rts.pod("unseen") is None
+
+
+def test_a_late_create_landing_with_no_pod_standing_is_retired_before_the_next_create(
+        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+    """The real-plane half of model seed 700018: a create held in the network lands after its
+    transition ended (the runtime suspended: no pod stands), and its runtime label is edited off,
+    so no view lists it and no status names it. Resumed, Baton's create is refused by name (409);
+    it reads the name, retires that pod by UID, and only then creates the next generation."""
+    op = operators("op-a")
+    rt = rts.create(baton.runtime_manifest("landed"))
+    rts.wait_ready("landed", 1)
+    rts.patch("landed", {"spec": {"suspend": True}})
+    wait_for(lambda: _condition(rts, "landed", "Suspended").get("status") == "True" and not rts.pods("landed")
+             and rts.pod("landed") is None, timeout=30, what="landed suspended with no pod")
+    stranger = rts.core.create_namespaced_pod(rts.ns, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "landed", "labels": {"app": "landed"}, "ownerReferences": [{
+            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": "landed",
+            "uid": rt["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "server", "image": "example/tool:1"}]}})
+    uid = stranger.metadata.uid
+    rts.patch("landed", {"spec": {"suspend": False}})
+    st = rts.wait_ready("landed", 2, timeout=60)
+    assert st["current"]["uid"] != uid
+    assert "pod landed already exists: create refused by the API server" in op.log_text(), (
+        "the create was not refused by name: this test did not reach the path it is about")
+    assert uid in {e.uid for e in pod_watch.deleted("landed")}
+    # In the API server's order: g1 DELETED, the landed pod ADDED and DELETED, then g2 ADDED.
+    assert pod_watch.assert_one_at_a_time("landed") == [1, None, 2]
