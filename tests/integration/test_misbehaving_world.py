@@ -137,7 +137,9 @@ def test_thirty_stuck_probes_do_not_delay_a_healthy_runtime(
     names = [f"slow-{i:02d}" for i in range(30)]
     for name in names:
         rts.create(_probe_runtime(name, drain, cleanup, port))
-    rts.create(_probe_runtime("healthy", drain, cleanup, port))
+    # Its drain budget (8 s) is shorter than the slow ones' (20 s): held up behind their probes
+    # for longer than that, it ends "drain incomplete".
+    rts.create(_probe_runtime("healthy", 8, cleanup, port))
     ips = {}
     for name in [*names, "healthy"]:
         rts.wait_ready(name, 1, timeout=90)
@@ -151,11 +153,14 @@ def test_thirty_stuck_probes_do_not_delay_a_healthy_runtime(
                      what="the slow runtimes draining")
             t0 = time.monotonic()
             rts.set_image("healthy", "example/tool:2")
-            rts.wait_ready("healthy", 2, timeout=drain + cleanup + 20)
+            rts.wait_ready("healthy", 2, timeout=8 + cleanup + 20)
             took = time.monotonic() - t0
-        # Idle at once: no drain wait; the handoff costs the grace (1 s) and a few round trips.
-        assert took < drain, took
-        assert rts.status("healthy")["history"][0].get("message") != "drain incomplete"
+        # Its drain ended on its probe's idle answer, not at its deadline. (Not a bound on
+        # `took`, which the machine's load sets: a `.ci/run` beside other runs once measured
+        # 21.5 s against drainSeconds=20.)
+        retired = rts.status("healthy")["history"][0]
+        assert retired["generation"] == 1 and retired.get("message") != "drain incomplete", (retired, took)
+        assert not rts.events("healthy", "DrainIncomplete"), took
     finally:
         for s in servers:
             s.stop()
