@@ -878,3 +878,34 @@ def test_stopping_admission_on_a_pod_gone_behind_the_view_is_not_repeated() -> N
     finally:
         srv.handle = handle  # type: ignore[method-assign]
         m.undo()
+
+
+def test_a_second_pod_of_a_lost_number_is_retired_before_the_next_create() -> None:
+    """Found by the long model check (seed 800036, its rules as shrunk, claims rules left out):
+    the write of Connecting with the first create's UID was held; that pod was deleted by
+    someone else, a second create of the same number landed under the name (its runtime label
+    edited off), then the held write arrived. "New pod lost" went to Creating the next number
+    while the pass had read the second pod by name; the next pass, in Creating, did not read it
+    and sent the create beside it (refused by name). Now that pod is retired first."""
+    m = BatonModel()
+    try:
+        m.start()
+        m.runtime_label_edited_off()
+        m.reset(stale=False)
+        m.late_delete_lands_on_the_next_pod()
+        m.delay_next_request(what="create")
+        m.pod_deleted_by_someone_else()
+        m.late_delete_lands_on_the_next_pod()
+        m.pod_deleted_by_someone_else()
+        m.delay_next_request(what="status")
+        m.runtime_label_edited_off()
+        m.late_delete_lands_on_the_next_pod()
+        m.delay_next_request(what="delete")
+        m.delay_next_request(what="delete")
+        m.runtime_label_edited_off()
+        m.runtime_label_edited_off()
+        m.late_delete_lands_on_the_next_pod()
+        assert not m.server.violations, "\n".join(m.server.violations)
+        m.teardown()
+    finally:
+        m.undo()

@@ -977,3 +977,18 @@ def test_case_count() -> None:
     """The brief asks for at least 40 table cases."""
     tables = [INITIAL, START, RETIRE, RECOVERY, BACKOFF, LEASE, DELETE, GUARDS, WRITES]
     assert sum(len(t) for t in tables) + 2 * len(RESUME) >= 40
+
+
+def test_connecting_whose_pod_is_lost_retires_another_pod_holding_the_name() -> None:
+    """Model seed 800036: the write of Connecting with the first create's UID was held in the
+    network, a second create of the same number landed (another UID), then the held write
+    arrived. The transition's pod is gone, and this pass read the name: another pod of the
+    runtime holds it. It is retired (by its UID) before any create; the lost UID is recorded."""
+    other = b.pod(8, uid_="uid-8b", ready=False, serving=False)
+    plan = decide(b.observed(status_=connecting(), pods=(other,), desired_hash=b.HASH2), NOW)
+    writes = plan.find(p.WriteStatus)
+    assert len(writes) == 1 and not plan.find(p.CreatePod), plan
+    ws = writes[0]
+    t = ws.status.transition
+    assert t is not None and t.step != st.Step.CREATING and t.from_uid == "uid-8b" and t.to == 9, t
+    assert any(h.uid == "uid-8" and h.outcome == st.Outcome.LOST for h in ws.status.history), ws.status.history

@@ -1347,15 +1347,24 @@ def _connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.
     if pod is None or pod.phase in ("Failed", "Succeeded") or pod.deleting:
         # The new generation died before serving: its number is spent, the next one gets a new number.
         nxt = _next_generation(o)
-        if pod is not None:
+        lost = st.HistoryEntry(generation=to, pod=mf.pod_name(o.name), uid=t.to_uid, retired_at=now,
+                               outcome=st.Outcome.LOST)
+        named = o.pod_by_name(mf.pod_name(o.name))
+        if pod is None and named is not None and named.owned:
+            # Another pod holds the name (a second create of this number, sent when the write of
+            # Connecting with the first one's UID was held: model seed 800036). This pass read
+            # it by name; the next one, in Creating, would not: retire it now, by UID.
+            new_t = _retiring(o, now, kind=kinds.HANDOFF, trigger=st.Trigger.POD_LOST, pod=named,
+                              generation=named.generation or to, uid=named.uid, to=nxt)
+            history = (o.status.history + (lost,))[-HISTORY_LIMIT:] if t.to_uid else o.status.history
+        elif pod is not None:
             new_t = _retiring(o, now, kind=kinds.HANDOFF, trigger=st.Trigger.POD_LOST, pod=pod,
                               generation=to, uid=pod.uid, to=nxt)
             history = o.status.history
         else:
             new_t = t.model_copy(update={"to": nxt, "to_uid": None, "step": S.CREATING,
                                          "step_started_at": now, "deadline": None})
-            history = (o.status.history + (st.HistoryEntry(generation=to, pod=mf.pod_name(o.name), uid=t.to_uid,
-                                                           retired_at=now, outcome=st.Outcome.LOST),))[-HISTORY_LIMIT:]
+            history = (o.status.history + (lost,))[-HISTORY_LIMIT:]
         status = _base(o, now).model_copy(update={"transition": new_t, "history": history,
                                                   "latest_generation": max(o.status.latest_generation, nxt)})
         status = _step_conditions(status, o, now, new_t)
