@@ -139,6 +139,12 @@ MUTATIONS = [
         "operator/baton/execute.py",
         (("            if patched is None:\n", "            if False:\n"),),
     ),
+    Mutation(
+        "lost-pod-ignores-name", "a Connecting transition whose pod is lost ignores another pod holding the name",
+        "operator/baton/lifecycle/decide.py",
+        (("        if pod is None and named is not None and named.owned:\n",
+          "        if False and pod is None and named is not None and named.owned:\n"),),
+    ),
 ]
 
 
