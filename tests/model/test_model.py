@@ -759,6 +759,23 @@ def test_a_holder_frozen_before_a_pod_change_is_refused_by_its_own_fresh_lease_c
         m.undo()
 
 
+def _handoff_with_its_create_held(m: BatonModel) -> sim.Replica:
+    """One replica acts, pass by pass: a template change's handoff up to its create, which the
+    network holds."""
+    m.start()
+    r = m.replicas[0]
+    m.replicas = [r]
+    m.template_changes()
+    m.server.delay_next.add("create")
+    for _ in range(60):
+        if m.server.held:
+            break
+        if r.step() is not None and r.last_wait != 0:
+            m.advance(1)
+    assert m.server.held, "the create was never sent"
+    return r
+
+
 def test_a_number_given_up_is_never_given_out_again() -> None:
     """A create lost in the network, then the runtime suspended: the transition gives its number
     up with no pod and no history entry to show it was ever used; only status.latestGeneration
@@ -767,17 +784,7 @@ def test_a_number_given_up_is_never_given_out_again() -> None:
     m = BatonModel()
     srv = m.server
     try:
-        m.start()
-        r = m.replicas[0]
-        m.replicas = [r]
-        m.template_changes()
-        srv.delay_next.add("create")
-        for _ in range(60):  # the handoff up to its create, which the network holds
-            if srv.held:
-                break
-            if r.step() is not None and r.last_wait != 0:
-                m.advance(1)
-        assert srv.held, "the create was never sent"
+        _handoff_with_its_create_held(m)
         srv.held.clear()  # lost: it never arrives
         s = srv.status()
         assert s is not None and s.transition is not None and s.transition.to == 2, s
@@ -805,17 +812,7 @@ def test_a_create_landing_after_its_number_was_given_up_is_refused_by_name_then_
     m = BatonModel()
     srv = m.server
     try:
-        m.start()
-        r = m.replicas[0]
-        m.replicas = [r]
-        m.template_changes()
-        srv.delay_next.add("create")
-        for _ in range(60):  # the handoff up to its create, which the network holds
-            if srv.held:
-                break
-            if r.step() is not None and r.last_wait != 0:
-                m.advance(1)
-        assert srv.held, "the create was never sent"
+        r = _handoff_with_its_create_held(m)
         m.suspend(True)
         m.run_for(20)
         s = srv.status()
