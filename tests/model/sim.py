@@ -162,6 +162,7 @@ class Server:
         self.late_sent_rv: int | None = None  # while delivering a held request: the rv when it was sent
         self.late_status_refused = 0  # held status writes the API server refused on delivery
         self.claim_seq = 0
+        self._status_cache: tuple[str, st.ToolRuntimeStatus] | None = None  # (runtime rv, its status parsed)
 
     # --- objects ----------------------------------------------------------------------------
 
@@ -234,8 +235,17 @@ class Server:
         return [o for (k, _), o in self.objs.items() if k == "Pod"]
 
     def status(self) -> st.ToolRuntimeStatus | None:
+        """The runtime's status, parsed once per resourceVersion (every stored write gets a new
+        one); callers only read it."""
         rt = self.runtime()
-        return None if rt is None else st.ToolRuntimeStatus.model_validate(rt.get("status") or {})
+        if rt is None:
+            return None
+        return self._parsed_status(rt["metadata"]["resourceVersion"], rt.get("status") or {})
+
+    def _parsed_status(self, rv: str, raw: dict[str, Any]) -> st.ToolRuntimeStatus:
+        if self._status_cache is None or self._status_cache[0] != rv:
+            self._status_cache = (rv, st.ToolRuntimeStatus.model_validate(raw))
+        return self._status_cache[1]
 
     def violation(self, text: str) -> None:
         self.violations.append(f"t={self.clock.t:.1f} {text}")
@@ -450,17 +460,19 @@ class Server:
             self.violation(f"{self.sender}: a status write sent at rv {self.late_sent_rv}, held in the network, was "
                            f"accepted after a later status write (rv {self.status_rv}): status rolled back")
         try:
-            st.ToolRuntimeStatus.model_validate(new_status)
+            parsed = st.ToolRuntimeStatus.model_validate(new_status)
         except pydantic.ValidationError as exc:
             # (A merge patch applied to a state it was not computed from can leave a torn status.)
             self.violation(f"{self.sender}: a status write would leave a status that does not parse: "
                            f"{str(exc).splitlines()[0]}")
             raise _err(422, "Invalid", "status does not match the schema") from exc
+        old_parsed = self._parsed_status(obj["metadata"]["resourceVersion"], old)
         new = clone(obj)
         new["status"] = new_status
         stored = self.store("ToolRuntime", new)
         self.status_rv = self.rv
-        self._check_status(st.ToolRuntimeStatus.model_validate(old), st.ToolRuntimeStatus.model_validate(new_status))
+        self._status_cache = (new["metadata"]["resourceVersion"], parsed)
+        self._check_status(old_parsed, parsed)
         return stored
 
     # --- invariants about what is accepted ----------------------------------------------------
@@ -758,8 +770,11 @@ class Replica:
         self.server.sender = self.identity
         try:
             answer = LOOP.run_until_complete(coro)
-            # The executor posts events from a task of its own: let it post this call's.
-            LOOP.run_until_complete(self.executor.flush_events(timeout=60.0))
+            # The executor posts events from a task of its own: let it post this call's (most
+            # calls post none, and a loop pass per call was a tenth of the model's time).
+            sender = self.executor._event_sender
+            if sender is not None and not sender.done():
+                LOOP.run_until_complete(self.executor.flush_events(timeout=60.0))
             return answer
         finally:
             self.server.sender = None
