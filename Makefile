@@ -79,9 +79,9 @@ STEPS ?= 40
 JOBS ?= 1
 BATCH ?= 1000
 MINUTES ?= 0
-model-check: $(PY_DEPS) ## the long model check in batches, JOBS side by side (make model-check N=100000 JOBS=2 SEED=7 MINUTES=120); CI runs a short fixed one
+model-check: $(PY_DEPS) ## the long model check in batches, JOBS side by side (make model-check N=100000 JOBS=2 SEED=7 MINUTES=120); RESUME=1 continues the run in OUT; CI runs a short fixed one
 	$(PY) hack/model_check.py --examples $(N) --jobs $(JOBS) --batch $(BATCH) --steps $(STEPS) \
-	  --seed $(if $(SEED),$(SEED),$$RANDOM) --minutes $(MINUTES)
+	  --seed $(if $(SEED),$(SEED),$$RANDOM) --minutes $(MINUTES) $(if $(OUT),--out $(OUT)) $(if $(RESUME),--resume)
 
 mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (hack/mutations.py)
 	$(PY) hack/mutations.py
