@@ -992,3 +992,22 @@ def test_connecting_whose_pod_is_lost_retires_another_pod_holding_the_name() -> 
     t = ws.status.transition
     assert t is not None and t.step != st.Step.CREATING and t.from_uid == "uid-8b" and t.to == 9, t
     assert any(h.uid == "uid-8" and h.outcome == st.Outcome.LOST for h in ws.status.history), ws.status.history
+
+
+@pytest.mark.parametrize(("from_", "from_uid", "gen", "outcome"), [
+    pytest.param(7, "uid-7", 7, st.Outcome.RESET, id="the-reset-generation"),
+    pytest.param(5, "uid-5", None, st.Outcome.RETIRED, id="a-stray-retired-on-the-way"),
+])
+def test_only_the_generation_a_reset_named_is_recorded_as_reset(
+        from_: int, from_uid: str, gen: int | None, outcome: st.Outcome) -> None:
+    """Model seed 1000020: a reset's handoff found, before its create, another pod of the runtime
+    holding the name (a create of g5, held in the network, landed late) and retired it first. That
+    pod was recorded as Reset, yet the reset named the serving generation. Now only the pod that
+    was `current` ends as Reset; a stray retired on the way ends as Retired."""
+    t = b.transition(S.AWAITING_POD_GONE, trigger=st.Trigger.RESET, from_=from_, from_uid=from_uid, deadline=40.0)
+    plan = decide(b.observed(status_=b.in_flight(t, gen=gen, latest=8), pods=(), desired_hash=b.HASH2), NOW)
+    writes = plan.find(p.WriteStatus)
+    assert len(writes) == 1, plan
+    entries = [h for h in writes[0].status.history if h.uid == from_uid]
+    assert [(h.generation, h.outcome) for h in entries] == [(from_, outcome)], writes[0].status.history
+    assert writes[0].status.transition is not None and writes[0].status.transition.step == S.CREATING

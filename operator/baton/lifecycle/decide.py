@@ -1173,11 +1173,15 @@ def _cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -
     return p.Plan((p.ReleaseLease(),), None, "cleanup failed: held for a person")
 
 
-def _outcome(o: obs.Observed, t: st.Transition) -> st.Outcome:
+def _outcome(o: obs.Observed, t: st.Transition, *, retired_current: bool) -> st.Outcome:
     if t.forced:
         return st.Outcome.FORCE_RECOVERED
     if o.deleting or t.kind == st.TransitionKind.DELETE:
         return st.Outcome.DELETED
+    if t.trigger == st.Trigger.RESET and not retired_current:
+        # A reset names the serving generation. Another pod retired on the way (a late create,
+        # a pod found holding the name) was not reset: the model check, seed 1000020.
+        return st.Outcome.RETIRED
     outcomes: dict[st.Trigger | str, st.Outcome] = {
         st.Trigger.RESET: st.Outcome.RESET,
         st.Trigger.POD_LOST: st.Outcome.LOST,
@@ -1194,10 +1198,10 @@ def backoff_seconds(attempt: int, base: float) -> float:
 def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, cleanup: Cond | None = None) -> p.Plan:
     """The old pod is confirmed gone (or abandoned by a recorded force recovery): record it."""
     status = _base(o, now)
-    outcome = _outcome(o, t)
     current = status.current
     # Only the pod with that UID ends `current`: a stray may carry the same generation label.
     retired_current = current is not None and current.uid == t.from_uid
+    outcome = _outcome(o, t, retired_current=retired_current)
     entry = st.HistoryEntry(
         generation=t.from_ or 0,
         pod=t.from_pod,
