@@ -145,6 +145,12 @@ MUTATIONS = [
         (("        if pod is None and named is not None and named.owned:\n",
           "        if False and pod is None and named is not None and named.owned:\n"),),
     ),
+    Mutation(
+        "stray-recorded-as-reset", "a stray retired by a reset's handoff is recorded as Reset",
+        "operator/baton/lifecycle/decide.py",
+        (("    if t.trigger == st.Trigger.RESET and not retired_current:\n",
+          "    if False and t.trigger == st.Trigger.RESET and not retired_current:\n"),),
+    ),
 ]
 
 
