@@ -129,16 +129,14 @@ def main() -> int:
                 f"{len(done)} batches passed, {len(failed)} failed, {len(running)} stopped unfinished\n")
     part_traces, part_totals = figures(args.out, done)
     print(f"model-check, this part: {len(done)} batches passed, {len(failed)} failed, {len(running)} stopped unfinished; "
-          + ", ".join(f"{v} {k}" for k, v in part_totals.items())
-          + f"; {len(part_traces)} distinct interleavings (union of the batches' rule-sequence hashes); "
-          f"{wall:.0f} s wall ({part_totals['examples'] / wall:.1f} examples/s)")
+          + described(part_traces, part_totals)
+          + f"; {wall:.0f} s wall ({part_totals['examples'] / wall:.1f} examples/s)")
     if ledger:
         every = sorted({*ledger, *done})
         traces, totals = figures(args.out, every)
         walls = [float(line.split()[1]) for line in (args.out / "parts.txt").read_text().splitlines()]
         print(f"model-check, the whole run ({len(walls)} parts): {len(every)} batches passed, {len(failed)} failed; "
-              + ", ".join(f"{v} {k}" for k, v in totals.items())
-              + f"; {len(traces)} distinct interleavings; {sum(walls):.0f} s wall in all")
+              + described(traces, totals) + f"; {sum(walls):.0f} s wall in all")
     for seed in failed:
         print(f"FAILED: seed {seed}, output in {args.out / f'batch-{seed}.log'}")
     return 1 if failed else 0
@@ -162,6 +160,11 @@ def read_ledger(path: Path) -> dict[int, tuple[str, float]]:
         return {}
     rows = (line.split() for line in path.read_text().splitlines() if line.strip())
     return {int(seed): (result, float(wall)) for seed, result, wall in rows}
+
+
+def described(traces: set[str], totals: dict[str, int]) -> str:
+    return (", ".join(f"{v} {k}" for k, v in totals.items())
+            + f"; {len(traces)} distinct interleavings (union of the batches' rule-sequence hashes)")
 
 
 def figures(out: Path, seeds: list[int]) -> tuple[set[str], dict[str, int]]:
