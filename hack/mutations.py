@@ -151,6 +151,12 @@ MUTATIONS = [
         (("    if t.trigger == st.Trigger.RESET and not retired_current:\n",
           "    if False and t.trigger == st.Trigger.RESET and not retired_current:\n"),),
     ),
+    Mutation(
+        "pins-not-rechecked-at-send", "a stop of admission is sent on the pins judged when it was decided",
+        "operator/baton/execute.py",
+        (("            if not action.serving and action.pins_of is not None:\n",
+          "            if False and not action.serving and action.pins_of is not None:\n"),),
+    ),
 ]
 
 

@@ -30,6 +30,7 @@ from baton.cache import snapshot as snapshot_mod
 from baton.cache import views as vw
 from baton.k8s import claims, client, events, leases, pods, runtimes, services
 from baton.lifecycle import manifests as mf
+from baton.lifecycle import pins as pn
 from baton.lifecycle import plan as p
 
 log = logging.getLogger("baton.execute")
@@ -338,6 +339,8 @@ class Executor:
                 raise
             log.info("created pod %s", action.manifest["metadata"]["name"], extra={"runtime": f"{ns}/{name}"})
         elif isinstance(action, p.SetServing):
+            if not action.serving and action.pins_of is not None:
+                self._check_pins_at_send(ns, name, action.pins_of)
             patched = await pods.patch_pod_serving(ns, action.pod, action.uid, action.serving)
             if patched is None:
                 # The API server says this UID is gone (404 by name, or the name holds another
@@ -363,6 +366,18 @@ class Executor:
             seen(written, "ToolRuntimeClaim")
         else:  # pragma: no cover - exhaustive
             raise TypeError(f"unknown action {action!r}")
+
+    def _check_pins_at_send(self, ns: str, name: str, generation: int) -> None:
+        """decide() let admission stop on the view it planned from; this pass may send later (a
+        pause, a slow pass). Pins are judged again on the view now, as the Lease's freshness is:
+        a claim committed meanwhile, or a claims view no longer listed, stops the plan (fail
+        closed); the next pass decides on what the view shows then."""
+        found = pn.pins(claims=(c for c in map(snapshot_mod.claim_info, self.views.claims.by_label(ns, name))
+                                if c is not None),
+                        runtime=name, generation=generation, known=self.views.claims_known(ns))
+        if found.pinned:
+            metrics.PIN_RECHECK_ABORTS.inc()
+            raise Aborted(f"admission to generation {generation} not stopped: {found.describe()} at send time")
 
     async def _acquire(
         self, snap: snapshot_mod.Snapshot, action: p.AcquireLease, local: snapshot_mod.Local, key: tuple[str, str],

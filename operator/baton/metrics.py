@@ -61,6 +61,12 @@ LOCK_TIMEOUTS = prometheus_client.Counter(
 LEASE_CONFLICTS = prometheus_client.Counter(
     "baton_lease_conflicts_total", "Lease acquisitions or renewals lost to another holder.", registry=REGISTRY,
 )
+PIN_RECHECK_ABORTS = prometheus_client.Counter(
+    "baton_pin_recheck_aborts_total",
+    "Stops of admission not sent: the generation was pinned (or the claims view not listed) when "
+    "the flip was about to be sent, though not when it was decided.",
+    registry=REGISTRY,
+)
 FENCING_REJECTIONS = prometheus_client.Counter(
     "baton_fencing_rejections_total",
     "Writes refused because this replica's fencing token was stale (API server CEL rule or local check).",

@@ -133,25 +133,40 @@ def bump_version(rts: baton.Runtimes, name: str) -> None:
 
 class LogFollower:
     """The log of a pod's container from now until the container exits (the pod's name is
-    shared by every generation: this follows the one running now), in a thread, bounded."""
+    shared by every generation: this follows the one running now), in a thread, bounded.
+
+    The stream's chunks do not end at line ends: they are joined before lines are cut. An error
+    that ends the stream is kept for the failure message instead of dying with the thread."""
 
     def __init__(self, core: client.CoreV1Api, ns: str, pod: str, timeout: float = 300) -> None:
-        self.lines: list[str] = []
+        self._chunks: list[str] = []
+        self.error: BaseException | None = None
         self._t = threading.Thread(target=self._run, args=(core, ns, pod, timeout), daemon=True)
         self._t.start()
 
     def _run(self, core: client.CoreV1Api, ns: str, pod: str, timeout: float) -> None:
-        resp = core.read_namespaced_pod_log(pod, ns, follow=True, _preload_content=False,
-                                            _request_timeout=timeout)
-        for raw in resp.stream(decode_content=True):
-            self.lines.extend(raw.decode(errors="replace").splitlines())
+        try:
+            resp = core.read_namespaced_pod_log(pod, ns, follow=True, _preload_content=False,
+                                                _request_timeout=timeout)
+            for raw in resp.stream(decode_content=True):
+                self._chunks.append(raw.decode(errors="replace"))
+        except Exception as e:  # noqa: BLE001 - reported by describe(), not lost with the thread
+            self.error = e
+
+    @property
+    def lines(self) -> list[str]:
+        return "".join(list(self._chunks)).splitlines()
 
     def join(self, timeout: float) -> list[str]:
         self._t.join(timeout)
-        return list(self.lines)
+        return self.lines
 
     def has(self, text: str) -> bool:
-        return any(text in ln for ln in list(self.lines))
+        return any(text in ln for ln in self.lines)
+
+    def describe(self) -> str:
+        state = "following" if self._t.is_alive() else f"ended (error: {self.error!r})"
+        return f"{state}; {len(self.lines)} line(s):\n" + "\n".join(self.lines[-20:])
 
 
 def client_pod(core: client.CoreV1Api, ns: str, name: str, image: str, url: str) -> None:
@@ -212,10 +227,30 @@ def start_in_flight(cluster: Cluster, rts: baton.Runtimes, name: str, image: str
     g1 = rts.gen_pod(name, 1)
     assert g1 is not None and ipaddress.ip_address(g1.status.pod_ip) in CLUSTER_NET
     log = LogFollower(rts.core, rts.ns, name)
-    client_pod(rts.core, rts.ns, f"{name}-client", image,
-               f"http://{service_ip(rts, name)}/work?seconds={seconds}")
-    wait_for(lambda: log.has("work start"), timeout=120, what=f"the client's request in flight to {name} g1")
+    ip = service_ip(rts, name)
+    # The EndpointSlice names g1 before the client starts; kube-proxy's rules may still lag it,
+    # which the client's bounded connect wait covers.
+    wait_for(lambda: str(g1.status.pod_ip) in slice_addresses(cluster, rts.ns, name), timeout=60,
+             what=f"{name} g1 in the Service's EndpointSlice")
+    client_name = f"{name}-client"
+    client_pod(rts.core, rts.ns, client_name, image, f"http://{ip}/work?seconds={seconds}")
+    try:
+        wait_for(lambda: log.has("work start"), timeout=120,
+                 what=f"the client's request in flight to {name} g1")
+    except Exception as e:
+        raise AssertionError(f"{e}\nclient pod: {client_report(rts, client_name)}\n"
+                             f"{name}'s log: {log.describe()}") from e
     return log, str(g1.status.pod_ip)
+
+
+def client_report(rts: baton.Runtimes, client_name: str) -> str:
+    """The client pod's phase and log, for a failure message."""
+    try:
+        pod = rts.core.read_namespaced_pod(client_name, rts.ns)
+        out = rts.core.read_namespaced_pod_log(client_name, rts.ns)
+    except ApiException as e:
+        return f"unreadable ({e.status} {e.reason})"
+    return f"phase {pod.status.phase}; log:\n{out}"
 
 
 def assert_request_completed(rts: baton.Runtimes, name: str) -> str:

@@ -962,3 +962,36 @@ def test_a_back_off_ending_as_the_healed_run_ends_is_given_its_start() -> None:
         assert s is not None and s.current is not None and s.retry is None, s
     finally:
         m.undo()
+
+
+@pytest.mark.parametrize("meanwhile", ["claims-forbidden", "claim-committed"])
+@pytest.mark.parametrize("resumed", [True, False], ids=["resumed", "teardown-resumes"])
+def test_a_stop_of_admission_is_judged_again_on_the_claims_view_it_is_sent_from(resumed: bool, meanwhile: str) -> None:
+    """Found by the long model check (seed 1200007, its rules cut down to these eight): a
+    replica decided to stop admission to generation 1 while its claims view was listed and
+    nothing pinned it, froze before sending (SIGSTOP), and sent the label flip after the claims
+    view had become unreadable (RBAC): a stop of admission with the pins unknown. The flip now
+    carries the generation whose pins gate it, and the executor judges them again on the view
+    it sends from; unknown pins, or a claim committed meanwhile, stop the plan, and the next
+    pass waits for the pins."""
+    m = BatonModel()
+    try:
+        m.start()
+        m.reset(stale=False)
+        m.force_recovery(stale=False)
+        m.replica_steps(passes=2, r=0)
+        m.pause(r=0)
+        if meanwhile == "claims-forbidden":
+            m.claims_forbidden(forbidden=True)
+        else:
+            m.claim_pins(committed=True)
+            m.replicas[0].catch_up()  # on SIGCONT its watch delivers the claim before the flip is sent
+        if resumed:
+            m.resume(r=0)
+            s = m.server.status()
+            assert s is not None and s.current is not None and s.current.generation == 1, s
+        assert not m.server.violations, "\n".join(m.server.violations)
+        m.teardown()
+        assert not m.server.violations, "\n".join(m.server.violations)
+    finally:
+        m.undo()

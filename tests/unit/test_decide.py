@@ -48,7 +48,7 @@ def started(kind: str) -> list[Any]:
 def stopped_and_started(kind: str) -> list[Any]:
     """A retire of the serving g7 that nothing pins: its label flip goes in the plan that
     persists StoppingAdmission, after the status write and what records it (events, metrics)."""
-    return [*started(kind), p.SetServing(name(7), "uid-7", False)]
+    return [*started(kind), p.SetServing(name(7), "uid-7", False, pins_of=7)]
 
 
 def stale(verb: str) -> list[Any]:
@@ -260,10 +260,10 @@ def test_handoff_starts_and_verbs(o: obs.Observed, now: datetime.datetime, expec
 RETIRE = [
     case("stopping-admission-flips-old-pod-to-not-serving",
          b.observed(status_=retiring(S.STOPPING_ADMISSION), desired_hash=b.HASH2),
-         [p.SetServing(name(7), "uid-7", False)], 0),
+         [p.SetServing(name(7), "uid-7", False, pins_of=7)], 0),
     case("stopping-admission-label-error-retries-within-deadline",
          b.observed(status_=retiring(S.STOPPING_ADMISSION), last_error="conflict", desired_hash=b.HASH2),
-         [p.SetServing(name(7), "uid-7", False)], 0),
+         [p.SetServing(name(7), "uid-7", False, pins_of=7)], 0),
     case("stopping-admission-label-error-past-deadline-terminates",
          b.observed(status_=retiring(S.STOPPING_ADMISSION, deadline=-1.0), last_error="webhook denied",
                     desired_hash=b.HASH2),
@@ -606,7 +606,7 @@ def test_lease_and_fencing(o: obs.Observed, now: datetime.datetime, expected: li
 DEL_FIN = b.transition(S.FINALIZING, kind=K.DELETE, trigger=T.DELETED, from_=7, to=None, deadline=None)
 RESUME: list[tuple[str, obs.Observed, list[Any], float | None]] = [
     ("StoppingAdmission", b.observed(status_=retiring(S.STOPPING_ADMISSION), desired_hash=b.HASH2),
-     [p.SetServing(name(7), "uid-7", False)], 0),
+     [p.SetServing(name(7), "uid-7", False, pins_of=7)], 0),
     ("Draining", b.observed(status_=retiring(S.DRAINING, deadline=10.0), pods=(OLD_QUIET,),
                             spec_=b.spec(probe=True), drain_idle=False, desired_hash=b.HASH2),
      [], 1.0),

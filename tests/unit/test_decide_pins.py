@@ -156,7 +156,7 @@ def test_wait_then_blocked_then_released_resumes_with_a_fresh_drain_budget() -> 
     assert t is not None and t.step == S.STOPPING_ADMISSION and t.pin_wait_since is None and not t.pin_blocked
     assert t.deadline == at(6000 + 30)  # drainSeconds from the release, not from the retire's start
     assert resumed.condition(C.RETIREMENT_BLOCKED).status == "False"
-    assert plans[3].find(p.SetServing) == [p.SetServing(b.name(7), b.uid(7), False)]
+    assert plans[3].find(p.SetServing) == [p.SetServing(b.name(7), b.uid(7), False, pins_of=7)]
 
 
 def test_force_retire_naming_the_generation_proceeds_and_is_recorded_in_history() -> None:

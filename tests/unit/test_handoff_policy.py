@@ -42,7 +42,8 @@ def waiting(policy: P, *, since: float = -10.0, template_hash: str = b.HASH2,
 
 
 # The serving g7 taken out of its Service in the plan that starts its retire (nothing pins it).
-FLIP = p.SetServing(b.name(7), "uid-7", False)
+FLIP = p.SetServing(b.name(7), "uid-7", False, pins_of=7)
+LOST_FLIP = p.SetServing(b.name(7), "uid-7", False)  # a lost pod is not pinned: no pin gate
 
 
 def case(id: str, o: obs.Observed, expected: list[Any], wait: float | None, now: datetime.datetime = NOW) -> Any:
@@ -93,7 +94,7 @@ CASES = [
          b.observed(spec_=spec(P.WHEN_IDLE), status_=waiting(P.WHEN_IDLE), desired_hash=b.HASH2,
                     pods=(b.pod(7, phase="Failed"),)),
          [WS({"transition.trigger": T.POD_LOST, **TAKEN_UP}), Ev("Normal", "TransitionStarted"),
-          p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),)), Ev("Warning", "PodLost"), FLIP], 0),
+          p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),)), Ev("Warning", "PodLost"), LOST_FLIP], 0),
     case("when-idle-due-check-takes-the-lease-to-probe",
          b.observed(spec_=spec(P.WHEN_IDLE), status_=waiting(P.WHEN_IDLE), desired_hash=b.HASH2, lease=b.lease_free()),
          [p.AcquireLease(6)], 0),

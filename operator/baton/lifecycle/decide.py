@@ -598,8 +598,8 @@ def _stop_admission_now(o: obs.Observed, t: st.Transition, now: datetime.datetim
     if old is None or t.step != S.STOPPING_ADMISSION or t.pin_wait_since is not None:
         return ()
     then = _stopping_admission(o, t, now)
-    flip = p.SetServing(old.name, old.uid, False)
-    return (flip,) if then.actions == (flip,) else ()
+    flips = [a for a in then.actions if isinstance(a, p.SetServing) and a.uid == old.uid and not a.serving]
+    return then.actions if then.actions == tuple(flips) and len(flips) == 1 else ()
 
 
 def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
@@ -1045,7 +1045,9 @@ def _stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetim
             # The label flip keeps failing: the drain budget bounds this step too.
             return _terminate(o, t, now, old, drain_incomplete=True,
                               extra=_drain_incomplete(o, t, "the pod could not be taken out of the Service"))
-        return p.Plan((p.SetServing(old.name, old.uid, False),), 0, "stop admission")
+        gated = _pin_gate_applies(t, old) and not t.force_retired
+        return p.Plan((p.SetServing(old.name, old.uid, False, pins_of=t.from_ if gated else None),), 0,
+                      "stop admission")
     if o.spec.service is not None and o.endpoints_list_retiring_pod:
         if t.deadline is not None and now >= t.deadline:
             return _terminate(o, t, now, old, drain_incomplete=True,

@@ -114,9 +114,17 @@ class CreatePod:
 
 @dataclasses.dataclass(frozen=True)
 class SetServing:
+    """Label the pod (by UID) into or out of the Service.
+
+    ``pins_of``: the generation whose pins gate this stop of admission. decide() found none on
+    the view it planned from; the executor checks again on the view it sends from, because a
+    slow or paused pass may send later (a claim committed, or the claims view lost, meanwhile).
+    None: no pin gate (admission to it goes on, or a person force-retired it, or it is lost)."""
+
     pod: str
     uid: str
     serving: bool
+    pins_of: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)

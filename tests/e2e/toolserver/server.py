@@ -2,7 +2,10 @@
 
     python3 server.py                 serve on :8080
     python3 server.py get URL         one GET, print the status and body, exit 0 on 200 (a client
-                                      pod uses it to reach the tool through its Service)
+                                      pod uses it to reach the tool through its Service); it
+                                      first waits, bounded, until a TCP connection opens, since
+                                      kube-proxy may program a new Service's rules after the pod
+                                      starts, and only then sends the request, once
 
 Endpoints: GET /healthz (readiness: 200 until SIGTERM), GET /work?seconds=S (answers after S
 seconds, at most 300: the long request a client keeps in flight), GET /idle (the drain probe:
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -95,7 +99,29 @@ def serve() -> int:
     return 0
 
 
+CONNECT_ATTEMPTS = 120  # half a second apart: at most about a minute for the Service's rules
+
+
+def reachable(host: str, port: int) -> bool:
+    """Open and close a TCP connection until one opens (bounded): a refused or unrouted connect
+    means the request was never sent, so waiting here cannot send it twice."""
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            with socket.create_connection((host, port), timeout=2):
+                log(f"connect {host}:{port} open after {attempt} attempt(s)")
+                return True
+        except OSError as e:
+            if attempt == 1 or attempt % 10 == 0:
+                log(f"connect {host}:{port} attempt {attempt}: {e}")
+        time.sleep(0.5)
+    return False
+
+
 def get(url: str) -> int:
+    target = urlparse(url)
+    if not reachable(target.hostname or "", target.port or 80):
+        log(f"failed: {target.netloc} unreachable after {CONNECT_ATTEMPTS} attempts")
+        return 1
     log(f"GET {url}")
     try:
         with urllib.request.urlopen(url, timeout=300) as r:
