@@ -381,10 +381,13 @@ def load_node_image(built: Built, env: dict[str, str]) -> None:
 
 
 def wait_node_ready(kubectl: str, kubeconfig: Path, timeout: float = 180) -> None:
-    """Bounded: the node Ready and CoreDNS available (kind's own --wait covers the node only)."""
+    """Bounded: the node Ready, kube-proxy rolled out (a Service's ClusterIP answers only once
+    it has written its rules) and CoreDNS available (kind's own --wait covers the node only)."""
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     run(kubectl, "wait", "--for=condition=Ready", "node", "--all", f"--timeout={int(timeout)}s",
         env=env, timeout=timeout + 30)
+    run(kubectl, "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy",
+        f"--timeout={int(timeout)}s", env=env, timeout=timeout + 30)
     run(kubectl, "-n", "kube-system", "wait", "--for=condition=Available", "deployment/coredns",
         f"--timeout={int(timeout)}s", env=env, timeout=timeout + 30)
 

@@ -244,13 +244,20 @@ def start_in_flight(cluster: Cluster, rts: baton.Runtimes, name: str, image: str
 
 
 def client_report(rts: baton.Runtimes, client_name: str) -> str:
-    """The client pod's phase and log, for a failure message."""
+    """The client pod's phase and log, and kube-proxy's state and log (it carries ClusterIP
+    traffic), for a failure message."""
     try:
         pod = rts.core.read_namespaced_pod(client_name, rts.ns)
         out = rts.core.read_namespaced_pod_log(client_name, rts.ns)
+        proxies = rts.core.list_namespaced_pod("kube-system", label_selector="k8s-app=kube-proxy").items
+        report = [f"phase {pod.status.phase}; log:\n{out}"]
+        for kp in proxies:
+            restarts = [cs.restart_count for cs in kp.status.container_statuses or []]
+            tail = rts.core.read_namespaced_pod_log(kp.metadata.name, "kube-system", tail_lines=30)
+            report.append(f"{kp.metadata.name}: phase {kp.status.phase}, restarts {restarts}; log tail:\n{tail}")
     except ApiException as e:
         return f"unreadable ({e.status} {e.reason})"
-    return f"phase {pod.status.phase}; log:\n{out}"
+    return "\n".join(report) if proxies else "\n".join([*report, "no kube-proxy pod"])
 
 
 def assert_request_completed(rts: baton.Runtimes, name: str) -> str:
