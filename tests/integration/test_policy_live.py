@@ -64,7 +64,10 @@ def test_when_idle_policy_waits_for_the_drain_probe_at_most_pending_seconds(
         changed = time.monotonic()
         wait_for(lambda: _cond(rts, "whenidle", "UpdatePending").get("reason") == "WaitingForIdle", timeout=15,
                  what="UpdatePending WaitingForIdle")
-        wait_for(lambda: len(server.connections()) >= 2, timeout=15, what="two idle checks")
+        # Two checks *answered* busy: a check accepted but not yet answered when make_idle()
+        # runs would be answered idle (CI saw it: one busy check before the first idle answer).
+        wait_for(lambda: sum(c.answered == 503 for c in server.connections()) >= 2, timeout=15,
+                 what="two idle checks answered busy")
         assert not pod_watch.added_gen("whenidle", 2) and not pod_watch.deleted_gen("whenidle", 1)
         if becomes_idle:
             server.make_idle()
