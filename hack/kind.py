@@ -52,10 +52,12 @@ NODE_SUBNET, NODE_GATEWAY = "198.18.0.0/24", "198.18.0.1"
 DEFAULT_NAME = "baton"
 # Debian packages the route needs on the host; --no-install-recommends keeps netavark out
 # (podman runs with the CNI backend and a network config of this run, below).
+# nftables: `nft` lists and removes the tables iptables-nft creates for CNI's chains (not pulled
+# in by iptables; a fresh machine without it failed every e2e setup with "No such file: 'nft'").
 APT_PACKAGES = ["podman", "buildah", "mmdebstrap", "containernetworking-plugins", "iptables",
-                "runc", "gcc", "libc6-dev", "golang-github-containers-common", "conmon",
+                "nftables", "runc", "gcc", "libc6-dev", "golang-github-containers-common", "conmon",
                 "fuse-overlayfs"]
-COMMANDS = ["podman", "buildah", "mmdebstrap", "iptables", "runc", "gcc"]
+COMMANDS = ["podman", "buildah", "mmdebstrap", "iptables", "nft", "runc", "gcc"]
 IPTABLES_TABLES = ["filter", "nat", "mangle", "raw"]
 # containers/image keeps a blob-info cache here whatever the storage configuration says.
 VAR_CONTAINERS = Path("/var/lib/containers")
