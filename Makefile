@@ -83,5 +83,5 @@ model-check: $(PY_DEPS) ## the long model check in batches, JOBS side by side (m
 	$(PY) hack/model_check.py --examples $(N) --jobs $(JOBS) --batch $(BATCH) --steps $(STEPS) \
 	  --seed $(if $(SEED),$(SEED),$$RANDOM) --minutes $(MINUTES) $(if $(OUT),--out $(OUT)) $(if $(RESUME),--resume)
 
-mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (hack/mutations.py)
-	$(PY) hack/mutations.py
+mutations: $(PY_DEPS) ## apply each deliberate bug to the real code, show which check catches it (make mutations ONLY="a b"; hack/mutations.py --list)
+	$(PY) hack/mutations.py $(ONLY)

@@ -13,6 +13,7 @@ gap in the checks; the script exits non-zero then.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -205,7 +206,19 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    chosen = [m for m in MUTATIONS if not argv or m.name in argv]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", metavar="MUTATION", help="mutations to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and what each does, then exit")
+    args = parser.parse_args(argv)
+    if args.list:
+        for m in MUTATIONS:
+            print(f"{m.name}: {m.what} ({m.path})")
+        return 0
+    known = {m.name for m in MUTATIONS}
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        parser.error(f"unknown mutation(s): {', '.join(unknown)} (see --list)")
+    chosen = [m for m in MUTATIONS if not args.names or m.name in args.names]
     # SIGTERM too restores the file (the `finally` below), like Ctrl-C.
     signal.signal(signal.SIGTERM, _interrupt)
     env = {"MODEL_EXAMPLES": os.environ.get("MODEL_EXAMPLES", "100"), "MODEL_STEPS": os.environ.get("MODEL_STEPS", "40"),
