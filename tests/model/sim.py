@@ -303,6 +303,23 @@ class Server:
         rt["metadata"]["deletionTimestamp"] = _ts(self.clock)
         self.store("ToolRuntime", rt)
 
+    def user_restore_lease(self, token: int) -> None:
+        """A person puts back an old copy of the runtime's Lease (a restore from a backup, a
+        `kubectl replace` of an old manifest): deleted, then created again carrying `token`, below
+        tokens Baton has used. Baton's own writes are judged from this token on (the Lease check
+        guards Baton's writes, not a person's); status keeps the higher token, and no step may
+        be acted on under the lower one."""
+        name = mf.lease_name(RT)
+        old = self.get("Lease", name)
+        assert old is not None, "no Lease to restore"
+        copy = clone(old)
+        for field in ("uid", "resourceVersion", "creationTimestamp"):
+            copy["metadata"].pop(field, None)
+        copy["spec"]["leaseTransitions"] = token
+        self.remove("Lease", name)
+        self.max_lease_token = token
+        self.create("Lease", copy)
+
     def user_pod(self, fn: Callable[[dict[str, Any]], None]) -> None:
         for pod in self.pods():
             pod = clone(pod)

@@ -653,6 +653,60 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
         m.undo()
 
 
+def test_a_lease_restored_below_the_token_status_carries_is_taken_up_past_it_before_any_step() -> None:
+    """A person restores an old copy of the Lease (token 1: a backup, a `kubectl replace` of an
+    old manifest) while status carries a higher token, and the replica that takes it has a
+    runtimes watch behind (status with an old token in its view). It takes the Lease with its
+    view's token + 1, below status: a compare-and-swap of an existing Lease reads nothing else.
+    Once its view shows the stored status, decide's own fence makes it take the Lease up past
+    that token before it acts on any step (acting on the lower one, every status write it sent
+    would be refused by the CEL rule, for good). No other path reaches that fence: the
+    executor's fresh-Lease check and the API server's fences come first (mutation
+    `stale-holder-not-fenced-out`)."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.start()
+        everyone = list(m.replicas)
+        taker = m.replicas[1]
+        taker.catch_up()
+        taker.stream_lag("ToolRuntime", True)  # its runtimes view stops here
+        others = [r for r in everyone if r is not taker]
+        m.replicas = others
+        for _ in range(2):  # transitions by the others: the token grows
+            m.template_changes()
+            m.run_for(20)
+        m.run_for(3 * sim.LEASE_SECONDS)  # at rest, the Lease released
+        before = srv.status()
+        assert before is not None and before.current is not None and before.transition is None, before
+        seen = taker.views.runtimes.get(sim.NS, sim.RT)
+        assert seen is not None
+        stale = int(seen["status"]["fencingToken"])
+        assert stale + 1 <= before.fencing_token, (stale, before.fencing_token)
+        srv.user_restore_lease(1)
+        m.replicas = [taker]
+        taker.catch_up()  # its Leases view goes on: the restored copy, free
+        got = taker.decide()
+        assert got is not None and got[1].find(p.AcquireLease), got and got[1]
+        taker.execute(*got)
+        held = taker.executor.held.get((sim.NS, sim.RT))
+        assert held is not None and held.token <= before.fencing_token, (held, before.fencing_token)
+        taker.stream_lag("ToolRuntime", False)
+        taker.catch_up()  # its view shows the stored status, with the higher token
+        m.template_changes()
+        m.replicas = everyone
+        m.run_until_settled(120, budgets={})
+        assert not srv.violations, "\n".join(srv.violations)
+        after = srv.status()
+        assert after is not None and after.current is not None and after.transition is None, after
+        assert after.current.generation > before.current.generation, (before.current, after.current)
+        assert after.fencing_token > before.fencing_token, (before.fencing_token, after.fencing_token)
+        lease = srv.get("Lease", mf.lease_name(sim.RT))
+        assert lease is not None and int(lease["spec"]["leaseTransitions"]) > before.fencing_token, lease
+    finally:
+        m.undo()
+
+
 def teardown_module() -> None:
     if STATS["examples"]:
         line = (f"model check: {STATS['examples']} examples, {STATS['rules']} rules, "
