@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos model-check mutations
+.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos chaos-summary model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -74,6 +74,9 @@ CHAOS_RESULTS ?= .chaos-results.jsonl
 PARALLEL ?= 1
 chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane, PARALLEL side by side (make chaos ORDERINGS=500 SEED=1 PARALLEL=3)
 	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_PARALLEL=$(PARALLEL) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+
+chaos-summary: $(PY_DEPS) ## what the orderings in CHAOS_RESULTS did: violations, wall time, actions taken and skipped, held creates' answers
+	$(PY) hack/chaos_summary.py $(CHAOS_RESULTS)
 
 STEPS ?= 40
 JOBS ?= 1
