@@ -14,6 +14,7 @@ import argparse
 import collections
 import json
 import re
+import signal
 import statistics
 import sys
 from pathlib import Path
@@ -73,6 +74,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", default=[".chaos-results.jsonl"], help="JSON-lines result files")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends it quietly
     results: list[dict[str, Any]] = []
     for name in args.files:
         path = Path(name)
