@@ -39,15 +39,18 @@ def summarize(results: list[dict[str, Any]]) -> list[str]:
         for line in r.get("done", []):
             m = ACTION.match(line)
             if m is not None:
-                verb, result = m["verb"], m["result"]
-                (skipped if result.startswith("skipped") else effect)[verb] += 1
+                verb = m["verb"]
+                # An action may first undo what stands in its way ("first released nothing; ..."):
+                # what it did itself is the rest.
+                own = "; ".join(x.strip() for x in m["result"].split(";") if not x.strip().startswith("first "))
+                is_skipped = own.startswith("skipped")
+                (skipped if is_skipped else effect)[verb] += 1
                 if verb == "late-create":
-                    if result.startswith("skipped") or "skipped" in result.split(";")[-1]:
+                    if is_skipped:
                         late_create["skipped"] += 1
-                    elif "taken over" in result:
-                        late_create["taken over, then delivered: " + ",".join(DELIVERED.findall(result.split(";")[-1]))] += 1
                     else:
-                        late_create["not taken over: " + result.split(";")[-1].strip()[:60]] += 1
+                        took = "not taken over" if "not taken over" in own else "taken over"
+                        late_create[f"{took}, then delivered: " + ",".join(DELIVERED.findall(own))] += 1
             for code in DELIVERED.findall(line):
                 delivered[code] += 1
     phases = {k: statistics.mean(float((r.get("phases") or {}).get(k, 0.0)) for r in results)

@@ -35,15 +35,19 @@ def test_counts_what_took_effect_what_was_skipped_and_how_held_creates_were_answ
     ]), _line(2, [
         "  3.65s  1. late-create : skipped: no runtime at rest (each deleted, suspended, stuck or in a transition)",
         "  4.00s  2. sigkill a: killed op-a1, started op-a2",
+        "  5.00s  3. late-create : first released nothing; skipped: no runtime at rest",
+        "  9.00s  4. late-create : alpha: others stopped 0.8s, op-b1 sent its create (held), was stopped 5s, "
+        "not taken over within 15 s; delivered late: POST -> 201",
     ]))
     assert got.returncode == 0, got.stderr
     out = got.stdout.splitlines()
     assert out[0] == "orderings: 2 (seeds 1-2), with violations: 0"
     assert out[1].startswith("wall per ordering: mean 21.5s, median 21.5s, max 22.0s")
     counts = {ln.split()[0]: " ".join(ln.split()[1:]) for ln in out if ln.startswith("  ")}
-    assert counts == {"template": "1 / 1", "late-create": "1 / 1", "hold-create": "1 / 0", "sigkill": "1 / 0"}
-    assert "held pod creates delivered late, by answer: 201: 2, 409: 1" in out
-    assert "late-create (a create held past a takeover): skipped: 1; taken over, then delivered: 409: 1" in out
+    assert counts == {"template": "1 / 1", "late-create": "2 / 2", "hold-create": "1 / 0", "sigkill": "1 / 0"}
+    assert "held pod creates delivered late, by answer: 201: 3, 409: 1" in out
+    assert ("late-create (a create held past a takeover): not taken over, then delivered: 201: 1; skipped: 2; "
+            "taken over, then delivered: 409: 1") in out
 
 
 def test_a_violation_is_named_by_its_seed_and_fails_the_command(tmp_path: Path) -> None:
