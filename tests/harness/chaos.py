@@ -654,15 +654,6 @@ def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV
             ("Lease", lambda: coord.read_namespaced_lease(f"baton-{name}", rts.ns)),
         ) if scenarios.read_or_none(read) is not None]
 
-    def pod_deadline(name: str, t: float) -> float:
-        """GC_SECONDS from t; for a pod being deleted, GC_SECONDS past its deletionTimestamp."""
-        pod = read_pod(name)
-        ts = pod.metadata.deletion_timestamp if pod is not None else None
-        if ts is None:
-            return t + GC_SECONDS
-        until = (ts - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-        return time.monotonic() + max(0.0, until) + GC_SECONDS
-
     out = []
     for name in sorted(deleted):
         first = left(name)
@@ -674,9 +665,10 @@ def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV
         except WaitTimeout:
             pod = read_pod(name)
             if left(name) == ["pod"] and pod is not None and pod.metadata.deletion_timestamp is not None:
-                # The collector is deleting it: give it its grace period (bounded).
+                # The collector is deleting it: give it its grace period, to deletionTimestamp + GC_SECONDS.
+                grace = (pod.metadata.deletion_timestamp - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
                 try:
-                    wait_for(lambda: not left(name), timeout=max(0.5, pod_deadline(name, t) - time.monotonic()),
+                    wait_for(lambda: not left(name), timeout=max(0.5, max(0.0, grace) + GC_SECONDS),
                              what=f"{name}'s terminating pod to go", interval=0.5)
                 except WaitTimeout:
                     pass
