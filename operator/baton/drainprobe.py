@@ -38,13 +38,28 @@ class Result:
     error: str | None = None  # why it does not count as idle, when not a plain non-200 answer
 
 
+def _valid_port(value: object) -> int | None:
+    # bool is an int subclass; a container port from the pod is untrusted input too.
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535:
+        return value
+    return None
+
+
 def resolve_port(pod: dict[str, Any], port: int | str) -> int | None:
-    if isinstance(port, int) or (isinstance(port, str) and port.isdigit()):
-        return int(port)
+    """The TCP port the probe dials, or None when `port` names no usable port of the pod.
+
+    An integer (or an ASCII-digit string, as older objects may hold) must lie in 1..65535; a
+    name is looked up in the pod's container ports. The CRD refuses the rest at admission;
+    objects stored before that rule existed still reach here.
+    """
+    if isinstance(port, int) and not isinstance(port, bool):
+        return _valid_port(port)
+    if isinstance(port, str) and port.isascii() and port.isdigit():
+        return _valid_port(int(port))
     for c in (pod.get("spec") or {}).get("containers") or []:
         for p in c.get("ports") or []:
             if p.get("name") == port:
-                return int(p["containerPort"])
+                return _valid_port(p.get("containerPort"))
     return None
 
 
@@ -60,6 +75,15 @@ class Prober:
         self._refused_ips: set[str] = set()
 
     async def probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe) -> Result:
+        # Whatever a tenant wrote or a tool answers, a probe ends as "not idle" with a reason:
+        # an exception here would escape before decide() and wedge the transition.
+        try:
+            return await self._probe(pod=pod, probe=probe)
+        except Exception as exc:  # noqa: BLE001 - every failure is a reported "not idle"
+            log.warning("drain probe failed unexpectedly: %s: %s", type(exc).__name__, exc)
+            return self._error("error", f"{type(exc).__name__}: {exc}"[:200])
+
+    async def _probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe) -> Result:
         ip = (pod.get("status") or {}).get("podIP")
         port = resolve_port(pod, probe.http_get.port)
         path = probe.http_get.path
@@ -85,7 +109,7 @@ class Prober:
                     return await self._get(addr, port, path)
         except TimeoutError:
             return self._error("timeout", f"no status line within timeoutSeconds={probe.timeout_seconds}")
-        except (OSError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        except (OSError, ValueError, OverflowError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             return self._error("connection", f"{type(exc).__name__}: {exc}"[:200])
 
     async def _get(self, addr: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int, path: str) -> Result:

@@ -144,3 +144,33 @@ def test_stuck_probes_do_not_delay_a_healthy_one_beyond_its_deadline() -> None:
             good.close()
     result, took = asyncio.run(scenario())
     assert result.idle and took < 1.0
+
+
+@pytest.mark.parametrize("port", [80800, 70000, -1, 0, "70000", "²", "-1", True])
+def test_a_port_no_socket_can_take_is_not_idle_with_a_reason_never_an_exception(port: object) -> None:
+    # These are what the CRD admitted before its port rule (defect: an OverflowError or a
+    # ValueError escaped the probe before decide(), so Draining never ended).
+    probe = sp.DrainProbe.model_construct(http_get=sp.HttpGet.model_construct(path="/idle", port=port),
+                                          timeout_seconds=1)
+    prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
+    result = asyncio.run(prober.probe(pod=pod(), probe=probe))
+    assert not result.idle
+    assert result.error is not None and "port" in result.error
+
+
+def test_a_named_port_whose_container_port_is_out_of_range_is_not_idle() -> None:
+    bad = {"status": {"podIP": "127.0.0.1"},
+           "spec": {"containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 99999}]}]}}
+    prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
+    probe = sp.DrainProbe(http_get=sp.HttpGet(path="/idle", port="http"), timeout_seconds=1)
+    result = asyncio.run(prober.probe(pod=bad, probe=probe))
+    assert not result.idle and result.error is not None and "'http'" in result.error
+
+
+def test_an_unexpected_failure_inside_the_probe_is_reported_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(*args: object, **kwargs: object) -> object:
+        raise RuntimeError("boom")
+    monkeypatch.setattr(asyncio, "open_connection", broken)
+    prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
+    result = asyncio.run(prober.probe(pod=pod(), probe=probe_spec(8080)))
+    assert result == drainprobe.Result(idle=False, error="RuntimeError: boom")
