@@ -1,8 +1,9 @@
 """List, then watch, one kind of object into a Store; selected on the server. Does I/O (through
 ``baton.k8s.api``).
 
-Relists on 410 Gone (the watch fell too far behind) and after errors, with back-off; bookmarks
-keep the resume point fresh so restarts rarely need a relist.
+Relists on 410 Gone (the watch fell too far behind), after API errors and after a line it
+cannot read (``k8s.api.WatchStreamError``), with back-off; a dropped stream resumes from the last
+resourceVersion. Bookmarks keep the resume point fresh so restarts rarely need a relist.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class Informer:
                     continue
                 if exc.status == 403:
                     self.forbidden = str(exc)
+                failures += 1
+                rv = None
+                await self._pause(failures, exc)
+            except k8s_api.WatchStreamError as exc:
+                # The same resourceVersion would replay the same line: list again instead.
                 failures += 1
                 rv = None
                 await self._pause(failures, exc)

@@ -31,12 +31,54 @@ CONNECT_TIMEOUT_SECONDS = 3.0
 READ_TIMEOUT_SECONDS = 10.0
 # Re-read the bearer token (rotated service-account tokens, exec plugins) at most this often.
 TOKEN_REFRESH_SECONDS = 60.0
+# The longest watch line read. The API server refuses a request body over 3 MiB, so no stored
+# object comes near this; a longer line is a broken stream, and the watcher lists again.
+MAX_WATCH_LINE_BYTES = 16 * 1024 * 1024
 
 
 class ApiError(Exception):
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(f"{status} {reason}: {message}"[:500])
         self.status, self.reason, self.message = status, reason, message
+
+
+class WatchStreamError(Exception):
+    """A watch stream that cannot be read on from where it stands (an undecodable or oversized
+    line): resuming from the same resourceVersion would replay it, so the watcher lists again."""
+
+
+async def split_lines(chunks: AsyncIterator[bytes], *, limit: int = MAX_WATCH_LINE_BYTES) -> AsyncIterator[bytes]:
+    """The newline-separated lines of a byte stream, however the chunks fall, each at most
+    `limit` bytes (else WatchStreamError). aiohttp's own line reader refuses lines over twice
+    its buffer (about 512 KiB), which one large object in the watched scope reaches."""
+    pending = bytearray()
+    async for chunk in chunks:
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            if len(pending) + end - start > limit:
+                raise WatchStreamError(f"a watch line over {limit} bytes")
+            pending += chunk[start:end]
+            yield bytes(pending)
+            pending.clear()
+            start = end + 1
+        pending += chunk[start:]
+        if len(pending) > limit:
+            raise WatchStreamError(f"a watch line over {limit} bytes")
+    if pending:
+        yield bytes(pending)
+
+
+def decode_watch_line(line: bytes) -> dict[str, Any] | None:
+    """One watch event, None for a blank line; WatchStreamError for anything not a JSON object."""
+    if not line.strip():
+        return None
+    try:
+        event = json.loads(line)
+    except ValueError as exc:
+        raise WatchStreamError(f"undecodable watch line ({len(line)} bytes): {exc}") from exc
+    if not isinstance(event, dict):
+        raise WatchStreamError(f"a watch line that is not an object ({len(line)} bytes)")
+    return event
 
 
 def is_status(exc: BaseException, *codes: int) -> bool:
@@ -186,9 +228,10 @@ class Api:
                                         code=str(resp.status)).inc()
             if resp.status >= 300:
                 raise _error(resp.status, resp.reason or "", await resp.read())
-            async for line in resp.content:
-                if line.strip():
-                    yield json.loads(line)
+            async for line in split_lines(resp.content.iter_any()):
+                event = decode_watch_line(line)
+                if event is not None:
+                    yield event
 
 
 def _error(status: int, reason: str, raw: bytes) -> ApiError:

@@ -1,0 +1,121 @@
+"""Watch streams that one object cannot freeze: lines split by Baton, of any size an API server
+can send, and a line that cannot be read raises the error that makes the watcher list again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import AsyncIterator
+
+import aiohttp.web
+import kubernetes
+import pytest
+
+from baton.k8s import api as k8s_api
+
+
+async def _chunks(data: bytes, size: int) -> AsyncIterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i:i + size]
+
+
+async def _split(data: bytes, size: int, limit: int = k8s_api.MAX_WATCH_LINE_BYTES) -> list[bytes]:
+    return [line async for line in k8s_api.split_lines(_chunks(data, size), limit=limit)]
+
+
+@pytest.mark.parametrize("size", [1, 3, 7, 64, 65536, 10**7])
+def test_lines_come_out_whole_however_the_chunks_fall(size: int) -> None:
+    big = b"x" * 700_000
+    data = b'{"a":1}\n\n' + big + b"\n" + b'{"b":2}'
+    assert asyncio.run(_split(data, size)) == [b'{"a":1}', b"", big, b'{"b":2}']
+
+
+def test_a_line_over_the_limit_is_a_stream_error_not_a_hang() -> None:
+    with pytest.raises(k8s_api.WatchStreamError, match="over 100 bytes"):
+        asyncio.run(_split(b"y" * 101 + b"\n", 7, limit=100))
+    with pytest.raises(k8s_api.WatchStreamError, match="over 100 bytes"):
+        asyncio.run(_split(b"y" * 101, 1000, limit=100))  # no newline yet: still bounded
+    assert asyncio.run(_split(b"y" * 100 + b"\n", 7, limit=100)) == [b"y" * 100]
+
+
+def test_a_line_that_is_no_json_object_is_a_stream_error() -> None:
+    assert k8s_api.decode_watch_line(b"  \r") is None
+    assert k8s_api.decode_watch_line(b'{"type":"ADDED"}') == {"type": "ADDED"}
+    for bad in (b'{"type":"ADD', b"[1,2]", b"\xff\xfe"):
+        with pytest.raises(k8s_api.WatchStreamError):
+            k8s_api.decode_watch_line(bad)
+
+
+def test_a_watch_event_carrying_a_700_kb_object_is_delivered() -> None:
+    # A real HTTP stream on loopback through aiohttp, as Api.watch reads it from an API server.
+    data = {"k": "v" * 700_000}
+    events = [{"type": "ADDED", "object": {"metadata": {"name": "big", "resourceVersion": "5"}, "data": data}},
+              {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}}]
+
+    async def handler(request: aiohttp.web.Request) -> aiohttp.web.StreamResponse:
+        resp = aiohttp.web.StreamResponse()
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for event in events:
+            line = json.dumps(event).encode() + b"\n"
+            for i in range(0, len(line), 50_000):
+                await resp.write(line[i:i + 50_000])
+        return resp
+
+    async def run() -> list[dict[str, object]]:
+        app = aiohttp.web.Application()
+        app.router.add_get("/api/v1/configmaps", handler)
+        runner = aiohttp.web.AppRunner(app)
+        await runner.setup()
+        site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        cfg = kubernetes.client.Configuration()
+        cfg.host = f"http://127.0.0.1:{port}"
+        api = k8s_api.Api(cfg, name="test")
+        try:
+            return [e async for e in api.watch("/api/v1/configmaps", resource_version="1", timeout_seconds=5)]
+        finally:
+            await api.close()
+            await runner.cleanup()
+
+    got = asyncio.run(run())
+    assert got == events
+
+
+def test_an_unreadable_line_makes_the_informer_list_again_instead_of_resuming_from_it() -> None:
+    from baton.cache import informer as informer_mod
+    from baton.cache import store as store_mod
+
+    calls: list[str] = []
+
+    class FakeApi:  # our own adapter boundary: what k8s.api.Api answers
+        async def list(self, path: str, *, label_selector: str | None = None) -> tuple[list[dict[str, object]], str]:
+            calls.append("list")
+            return [], "7"
+
+        async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
+                        timeout_seconds: int = 300) -> AsyncIterator[dict[str, object]]:
+            calls.append(f"watch@{resource_version}")
+            if len(calls) < 4:
+                raise k8s_api.WatchStreamError("a watch line over 16777216 bytes")
+            await asyncio.sleep(3600)
+            yield {}
+
+    async def run() -> None:
+        inf = informer_mod.Informer(FakeApi(), kind="ConfigMap", group_version="v1",  # type: ignore[arg-type]
+                                    plural="configmaps", namespace=None, store=store_mod.Store())
+
+        async def no_pause(failures: int, exc: BaseException) -> None:
+            calls.append(f"pause:{type(exc).__name__}")
+        inf._pause = no_pause  # type: ignore[method-assign]
+        task = asyncio.create_task(inf.run())
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if len(calls) >= 7:
+                break
+        task.cancel()
+
+    asyncio.run(run())
+    # Each failure lists again (a resume would have been watch@7 with no list between).
+    assert calls[:6] == ["list", "watch@7", "pause:WatchStreamError", "list", "watch@7", "pause:WatchStreamError"]
