@@ -73,8 +73,8 @@ def uninstall_leaves_nothing(cluster: Any, release: str, namespaces: list[str]) 
             out += [f"{ns}/pod/{p.metadata.name}" for p in
                     core.list_namespaced_pod(ns, label_selector=selector).items
                     if p.metadata.deletion_timestamp is None]
-        out += cluster.kubectl("get", "clusterrole,clusterrolebinding", "-l", selector,
-                               "-o", "name").stdout.split()
+        out += cluster.kubectl("get", "clusterrole,clusterrolebinding,validatingadmissionpolicy,"
+                               "validatingadmissionpolicybinding", "-l", selector, "-o", "name").stdout.split()
         return out
 
     wait_for(lambda: not leftovers(), timeout=60, what=f"no object of release {release} left",
@@ -336,3 +336,64 @@ def test_operator_and_helm_test_pods_pass_restricted_admission(cluster: Any, rel
     path.write_text(json.dumps(rooted))
     res = cluster.kubectl("create", "--dry-run=server", "-n", release_ns, "-f", str(path), check=False)
     assert res.returncode != 0 and "violates PodSecurity" in res.stderr, res.stderr
+
+
+def test_the_operators_account_may_write_only_batons_own_leases_pods_and_services(
+        cluster: Any, namespace: str, release_ns: str) -> None:
+    """RBAC lets the cluster-wide account update every Lease of the cluster; the chart's
+    ValidatingAdmissionPolicy (rbac.confineWrites) confines it to Baton's own objects. Turned off,
+    the same write to a node Lease goes through: the policy is what refuses it."""
+    release = "baton-vap"
+    install(cluster, release, release_ns)
+    admin_coord = client.CoordinationV1Api(cluster.api_client)
+    admin_core = client.CoreV1Api(cluster.api_client)
+    node_lease = admin_coord.create_namespaced_lease("kube-node-lease", {
+        "metadata": {"name": f"vap-node-{uuid.uuid4().hex[:6]}"}, "spec": {"holderIdentity": "kwok-a"}})
+    name = node_lease.metadata.name
+    admin_core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "foreign", "labels": {"baton.dev/runtime": "rt"}},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/tool:1"}]}})
+    as_operator = cluster.client_for_token(cluster.sa_token(release_ns, release))  # its credentials only
+    coord, core = client.CoordinationV1Api(as_operator), client.CoreV1Api(as_operator)
+
+    def refused(call: Callable[[], Any]) -> str:
+        try:
+            call()
+        except ApiException as e:
+            return f"{e.status} {e.body}"
+        return "accepted"
+
+    def node_lease_update() -> str:
+        lease = admin_coord.read_namespaced_lease(name, "kube-node-lease")
+        lease.spec.holder_identity = "baton-was-here"
+        return refused(lambda: coord.replace_namespaced_lease(name, "kube-node-lease", lease))
+
+    # The policy is live once the API server's policy informer has it: bounded wait for the first denial.
+    got = wait_for(lambda: (lambda r: r if r.startswith("403") else None)(node_lease_update()),
+                   timeout=30, what="the node Lease update denied by the policy")
+    assert "only its lifecycle Leases" in got and name in got, got
+    assert refused(lambda: coord.delete_namespaced_lease(name, "kube-node-lease")).startswith("403")
+    assert refused(lambda: coord.create_namespaced_lease(namespace, {
+        "metadata": {"name": "baton-unlabelled"}, "spec": {}})).startswith("403")
+    assert refused(lambda: coord.create_namespaced_lease(namespace, {
+        "metadata": {"name": "other", "labels": {"baton.dev/runtime": "rt"}}, "spec": {}})).startswith("403")
+    ours = coord.create_namespaced_lease(namespace, {
+        "metadata": {"name": "baton-rt", "labels": {"baton.dev/runtime": "rt"}}, "spec": {}})
+    coord.delete_namespaced_lease(ours.metadata.name, namespace)
+    pod_denied = refused(lambda: core.delete_namespaced_pod("foreign", namespace))
+    assert pod_denied.startswith("403") and "a ToolRuntime controls" in pod_denied, pod_denied
+    assert refused(lambda: core.patch_namespaced_pod("foreign", namespace, {
+        "metadata": {"labels": {"baton.dev/serving": "false"}}})).startswith("403")
+    assert refused(lambda: core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "unowned"},
+        "spec": {"containers": [{"name": "c", "image": "example.invalid/tool:1"}]}})).startswith("403")
+    assert refused(lambda: core.create_namespaced_service(namespace, {
+        "metadata": {"name": "unowned"}, "spec": {"ports": [{"port": 80}]}})).startswith("403")
+
+    upgraded = cluster.helm("upgrade", release, str(CHART), "-n", release_ns, "--reuse-values",
+                            "--set", "rbac.confineWrites=false", "--wait", "--timeout", "60s", timeout=90)
+    assert upgraded.returncode == 0
+    wait_for(lambda: node_lease_update() == "accepted", timeout=30,
+             what="the same update accepted once the policy is gone (RBAC alone allows it)")
+    admin_coord.delete_namespaced_lease(name, "kube-node-lease")
+    uninstall_leaves_nothing(cluster, release, [release_ns])

@@ -56,6 +56,26 @@ CASES += [
     ("probe-path-with-space", _with(["spec", "drain"], {"probe": {"httpGet": {"path": "/a b", "port": 8080}}}),
      ["spec.drain.probe.httpGet.path"]),
 ]
+# Ports: a number in 1..65535 or an IANA service name; before this rule a typo such as 80800 was
+# stored and wedged the first drain (tests/unit/test_drainprobe.py has the probe's side).
+PROBE_PORT = ["spec", "drain", "probe", "httpGet", "port"]
+for case_id, port, needle in [
+    ("probe-port-80800", 80800, "less than or equal to 65535"),
+    ("probe-port-negative", -1, "greater than or equal to 1"),
+    ("probe-port-zero", 0, "greater than or equal to 1"),
+    ("probe-port-digits-as-a-string", "8080", "should match"),
+    ("probe-port-uppercase-name", "Http", "should match"),
+    ("probe-port-double-hyphen", "a--b", "should match"),
+    ("probe-port-name-too-long", "sixteen-letters-", "15"),
+]:
+    CASES.append((case_id, _with(PROBE_PORT, port), ["spec.drain.probe.httpGet.port", needle]))
+for case_id, port, needle in [
+    ("target-port-70000", 70000, "less than or equal to 65535"),
+    ("target-port-zero", 0, "greater than or equal to 1"),
+    ("target-port-digits-as-a-string", "80", "should match"),
+]:
+    CASES.append((case_id, _with(["spec", "service"], {"ports": [{"port": 80, "targetPort": port}]}),
+                  ["spec.service.ports[0].targetPort", needle]))
 
 
 @pytest.mark.parametrize("manifest,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -175,3 +195,13 @@ def test_kubectl_explain_documents_deep_fields(cluster: Any, crd: None, path: st
         return None
     out = wait_for(explained, timeout=30, interval=0.5, what=f"kubectl explain {path}")
     assert text in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize("port", [1, 65535, "http", "mcp-2", "a1"])
+def test_ports_by_number_or_service_name_are_accepted(cluster: Any, crd: None, namespace: str, port: Any,
+                                                      tmp_path: Any) -> None:
+    m = _with(["spec", "drain"], {"probe": {"httpGet": {"path": "/idle", "port": port}}}, name="ports")
+    m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": port}]}
+    path = tmp_path / "rt.json"
+    path.write_text(json.dumps(m))
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
