@@ -23,10 +23,8 @@ import yaml
 from kubernetes.client import exceptions as k8s_exceptions
 
 import baton
+from baton.model import names
 
-GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
-ANN_RESET = "baton.dev/reset"
-ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
 OUTPUTS = ("text", "json", "yaml")
 
 
@@ -185,7 +183,7 @@ def reset_request(rt: Mapping[str, Any]) -> Request:
     if t:
         raise Refused(f"toolruntime {name!r} is in a transition ({t.get('kind')} step {t.get('step')}); "
                       "reset it once that is done")
-    return Request(ANN_RESET, int(current), f"toolruntime/{name}: reset of generation {current} requested")
+    return Request(names.ANN_RESET, int(current), f"toolruntime/{name}: reset of generation {current} requested")
 
 
 def force_recovery_request(rt: Mapping[str, Any]) -> Request:
@@ -197,7 +195,7 @@ def force_recovery_request(rt: Mapping[str, Any]) -> Request:
                       f"(CleanupFailed={cond.get('status', 'Unknown')}, reason {cond.get('reason', '-')})")
     gen = int(failure["generation"])
     pod, uid = failure.get("pod"), failure.get("uid")
-    return Request(ANN_FORCE_RECOVERY, gen,
+    return Request(names.ANN_FORCE_RECOVERY, gen,
                    f"toolruntime/{name}: force recovery of generation {gen} requested (abandons pod {pod} uid {uid})",
                    abandons={"pod": pod, "uid": uid})
 
@@ -272,7 +270,7 @@ def get_runtime(cluster: Cluster, *, namespace: str, name: str) -> dict[str, Any
     try:
         # Custom objects come back as decoded JSON; the client annotates them as `object`.
         return dict(cast("dict[str, Any]", cluster.api.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name, _request_timeout=cluster.timeout)))
+            names.GROUP, names.VERSION, namespace, names.PLURAL, name, _request_timeout=cluster.timeout)))
     except k8s_exceptions.ApiException as exc:
         if exc.status != 404:
             raise
@@ -281,7 +279,8 @@ def get_runtime(cluster: Cluster, *, namespace: str, name: str) -> dict[str, Any
         hint = ""
         try:
             found = cast("dict[str, Any]", cluster.api.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, field_selector=f"metadata.name={name}", _request_timeout=cluster.timeout))
+                names.GROUP, names.VERSION, names.PLURAL, field_selector=f"metadata.name={name}",
+                _request_timeout=cluster.timeout))
             spaces = sorted({i["metadata"]["namespace"] for i in found.get("items", [])})
             if spaces:
                 hint = f"; it exists in namespace(s) {', '.join(spaces)} (use -n)"
@@ -292,9 +291,10 @@ def get_runtime(cluster: Cluster, *, namespace: str, name: str) -> dict[str, Any
 
 def list_runtimes(cluster: Cluster, *, namespace: str | None) -> list[dict[str, Any]]:
     if namespace is None:
-        found = cluster.api.list_cluster_custom_object(GROUP, VERSION, PLURAL, _request_timeout=cluster.timeout)
+        found = cluster.api.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL,
+                                                       _request_timeout=cluster.timeout)
     else:
-        found = cluster.api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+        found = cluster.api.list_namespaced_custom_object(names.GROUP, names.VERSION, namespace, names.PLURAL,
                                                           _request_timeout=cluster.timeout)
     return [dict(i) for i in cast("dict[str, Any]", found).get("items", [])]
 
@@ -303,7 +303,7 @@ def annotate(cluster: Cluster, *, rt: Mapping[str, Any], key: str, value: str) -
     meta = rt["metadata"]
     # resourceVersion: the check above was made on this version; a change since is a 409.
     cluster.api.patch_namespaced_custom_object(
-        GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
+        names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"],
         {"metadata": {"annotations": {key: value}, "resourceVersion": meta["resourceVersion"]}},
         _request_timeout=cluster.timeout,
     )
@@ -328,7 +328,7 @@ def explain_api_error(exc: k8s_exceptions.ApiException) -> str:
     except ValueError:
         pass
     if exc.status == 404 and _crd_missing(exc):
-        return (f"the server does not serve {PLURAL}.{GROUP}/{VERSION}: is Baton's CRD installed? "
+        return (f"the server does not serve {names.PLURAL}.{names.GROUP}/{names.VERSION}: is Baton's CRD installed? "
                 "(kubectl apply -f crds/, or the Helm chart)")
     if exc.status == 409:
         return "the toolruntime changed while this ran; try again"
@@ -468,11 +468,11 @@ VERBS: dict[str, tuple[Callable[[argparse.Namespace, Cluster, Io], int], str, st
     "history": (run_history, "list a toolruntime's retired generations and the current one",
                 "examples:\n  kubectl baton history search-mcp -n agents"),
     "reset": (run_reset, "hand off to a fresh pod with the same template "
-              "(annotates baton.dev/reset with the current generation)",
+              f"(annotates {names.ANN_RESET} with the current generation)",
               "Refused while suspended or during a transition.\n\n"
               "examples:\n  kubectl baton reset search-mcp -n agents"),
     "force-recover": (run_force_recover, "abandon a pod that failed to terminate "
-                      "(annotates baton.dev/force-recovery with its generation)",
+                      f"(annotates {names.ANN_FORCE_RECOVERY} with its generation)",
                       "Only while CleanupFailed=True. The pod is force-deleted (grace 0, finalizers\n"
                       "stripped) and its generation recorded as ForceRecovered; its process may still\n"
                       "run on its node. Asks for confirmation on a terminal; without one, pass --yes.\n\n"
