@@ -2,7 +2,7 @@
 API errors, and every verb's --help: what `kubectl baton` prints is an interface (scripts parse
 the json/yaml, people read the text).
 
-The expected outputs (plugin_golden.json) were recorded from the plugin as it was before it
+The expected outputs (golden.json) were recorded from the plugin as it was before it
 became a package (ff14dbd's baton/cli.py); a refactor must not change them. The API server is a
 fake CustomObjectsApi behind a real kubeconfig, so connect() runs as it does against a cluster.
 """
@@ -19,8 +19,9 @@ import yaml
 from kubernetes.client import exceptions as k8s_exceptions
 
 from baton import cli
+from baton.cli import render
 
-GOLDEN = json.loads((Path(__file__).parent / "plugin_golden.json").read_text())
+GOLDEN = json.loads((Path(__file__).parent / "golden.json").read_text())
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
 
 
@@ -40,8 +41,8 @@ READY = {"observedGeneration": 4, "fencingToken": 9, "latestGeneration": 3, "hol
                       "retiredAt": "2026-11-29T10:00:00Z", "outcome": "Retired", "message": "template changed"},
                      {"generation": 2, "pod": "search", "uid": "u2", "startedAt": "2026-11-29T10:00:00Z",
                       "retiredAt": "2026-11-30T11:00:00Z", "outcome": "Reset"}],
-         "conditions": [{"type": "Ready", "status": "True", "reason": "GenerationReady", "message": "generation 3 ready",
-                         "lastTransitionTime": "2026-11-30T11:00:05Z"},
+         "conditions": [{"type": "Ready", "status": "True", "reason": "GenerationReady",
+                         "message": "generation 3 ready", "lastTransitionTime": "2026-11-30T11:00:05Z"},
                         {"type": "Progressing", "status": "False", "reason": "Idle"},
                         {"type": "CleanupFailed", "status": "False", "reason": "Clean"},
                         {"type": "SomeoneElses", "status": "Unknown"}]}
@@ -62,22 +63,22 @@ NEWER = {"current": {"generation": 5, "pod": "future", "uid": "u5", "templateHas
          "conditions": [{"type": "Ready", "status": "True", "reason": "SomethingNew"}]}
 
 RENDER_CASES: dict[str, Callable[[], str]] = {
-    "status_text READY": lambda: cli.status_text(_rt("search", status=READY), now=NOW),
-    "status_text STUCK": lambda: cli.status_text(_rt("search", status=STUCK), now=NOW),
-    "status_text NEWER": lambda: cli.status_text(_rt("future", status=NEWER), now=NOW),
-    "status_text empty": lambda: cli.status_text(_rt("fresh"), now=NOW),
-    "history_text READY": lambda: cli.history_text(_rt("search", status=READY)),
-    "history_text STUCK": lambda: cli.history_text(_rt("search", status=STUCK)),
-    "history_text empty": lambda: cli.history_text(_rt("fresh")),
-    "list table -A": lambda: cli.table(cli.list_rows(
+    "status_text READY": lambda: render.status_text(_rt("search", status=READY), now=NOW),
+    "status_text STUCK": lambda: render.status_text(_rt("search", status=STUCK), now=NOW),
+    "status_text NEWER": lambda: render.status_text(_rt("future", status=NEWER), now=NOW),
+    "status_text empty": lambda: render.status_text(_rt("fresh"), now=NOW),
+    "history_text READY": lambda: render.history_text(_rt("search", status=READY)),
+    "history_text STUCK": lambda: render.history_text(_rt("search", status=STUCK)),
+    "history_text empty": lambda: render.history_text(_rt("fresh")),
+    "list table -A": lambda: render.table(render.list_rows(
         [_rt("search", status=READY, created="2026-11-27T11:00:00Z"), _rt("stuck", "ops", status=STUCK,
          created="2026-11-30T11:59:15Z"), _rt("future", status=NEWER, created="bad"), _rt("fresh")],
         all_namespaces=True, now=NOW)),
-    "list table": lambda: cli.table(cli.list_rows(
+    "list table": lambda: render.table(render.list_rows(
         [_rt("search", status=READY, created="2024-01-01T00:00:00Z"), _rt("fresh", created="2026-11-30T09:00:00Z")],
         all_namespaces=False, now=NOW)),
-    "render json": lambda: cli.render(cli.history_entries(_rt("search", status=READY)), output="json"),
-    "render yaml": lambda: cli.render(cli.history_entries(_rt("search", status=READY)), output="yaml"),
+    "render json": lambda: render.render(render.history_entries(_rt("search", status=READY)), output="json"),
+    "render yaml": lambda: render.render(render.history_entries(_rt("search", status=READY)), output="yaml"),
 }
 
 
