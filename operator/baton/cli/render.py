@@ -2,6 +2,11 @@
 
 Pure: ToolRuntimes in (as the API server returns them: plain dicts, tolerating values and fields a
 newer operator writes), strings out; no I/O.
+
+Why plain dicts and not ``baton.model.status.ToolRuntimeStatus``: the model requires fields
+(``transition.startedAt``, ``current.templateHash``, ...) that a partial or newer status may lack, so
+one missing field would fail the whole verb; and it parses times and enums, which would print
+differently (``TransitionKind.HANDOFF``, ``2026-11-30 11:59:30+00:00``) from what the server stored.
 """
 
 from __future__ import annotations
