@@ -13,7 +13,7 @@ import logging
 import random
 
 from baton import metrics
-from baton.cache import store as st
+from baton.cache import store
 from baton.k8s import api as k8s_api
 
 log = logging.getLogger("baton.cache")
@@ -28,7 +28,7 @@ class Informer:
         group_version: str,
         plural: str,
         namespace: str | None,
-        store: st.Store,
+        store: store.Store,
         label_selector: str | None = None,
         watch_timeout_seconds: int = 300,
     ) -> None:

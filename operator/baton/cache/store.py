@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from baton.model import names
+
 Obj = dict[str, Any]
 Key = tuple[str, str]
 # (old or None, new or None): what changed; new None means deleted.
 Listener = Callable[[Obj | None, Obj | None], None]
 
-RUNTIME_LABEL = "baton.dev/runtime"
+# Re-exported until callers move to baton.model.names (the label had two names).
+RUNTIME_LABEL = names.LABEL_RUNTIME
 
 
 def rv_of(obj: Obj | None) -> int:
@@ -28,7 +31,7 @@ def key_of(obj: Obj) -> Key:
 
 
 class Store:
-    def __init__(self, *, index_label: str | None = RUNTIME_LABEL, transform: Callable[[Obj], Obj] | None = None,
+    def __init__(self, *, index_label: str | None = names.LABEL_RUNTIME, transform: Callable[[Obj], Obj] | None = None,
                  selected_by: str | None = None, index_by: Callable[[Obj], str | None] | None = None) -> None:
         """`selected_by`: the label its informer selects on. An object without it (a write's
         reply after someone removed the label) is out of the selection: no watch event would

@@ -1,6 +1,8 @@
-"""The only package that talks to the Kubernetes API server.
+"""The only package of the operator that talks to the Kubernetes API server.
 
-Every function here does I/O (blocking calls of the official client; the executor runs them
-in threads) and its name says what it reads or writes. It turns API objects into
-``baton.model`` types and plans' manifests into API calls; it decides nothing.
+Every function here does I/O: async requests over aiohttp (``baton.k8s.api``: two connection
+pools, no threads; the official client only loads the credentials), and its name says what it
+reads or writes. Plain JSON in and out: ``baton.cache.snapshot`` turns API objects into
+``baton.model`` types, and ``baton.lifecycle.manifests`` builds the manifests sent here; it
+decides nothing.
 """

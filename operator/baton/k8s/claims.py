@@ -6,13 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from baton.k8s import api, client
+from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
-RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("baton.dev", "toolruntimeclaims/status", ("patch",)),)
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = ((names.GROUP, f"{names.CLAIM_PLURAL}/status", ("patch",)),)
 
-GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimeclaims"
-GROUP_VERSION = f"{GROUP}/{VERSION}"
+# Kept for tests/integration/test_k8s_adapters.py until it reads baton.model.names.
+GROUP, VERSION, PLURAL = names.GROUP, names.VERSION, names.CLAIM_PLURAL
+GROUP_VERSION = names.API_VERSION
 
 
 async def patch_claim_status(namespace: str, name: str, *, uid: str, status_patch: dict[str, Any]) -> dict[str, Any] | None:
@@ -27,7 +29,7 @@ async def patch_claim_status(namespace: str, name: str, *, uid: str, status_patc
     ops = [{"op": "test", "path": "/metadata/uid", "value": uid}, {"op": "add", "path": "/status", "value": status_patch}]
     try:
         patched: dict[str, Any] = await client.work().request(
-            "PATCH", api.path(GROUP_VERSION, PLURAL, namespace, name, "status"), body=ops,
+            "PATCH", api.path(names.API_VERSION, names.CLAIM_PLURAL, namespace, name, "status"), body=ops,
             content_type="application/json-patch+json")
         return patched
     except api.ApiError as exc:

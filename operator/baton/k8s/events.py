@@ -6,6 +6,7 @@ import datetime
 import uuid
 
 from baton.k8s import api, client
+from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
@@ -22,14 +23,14 @@ async def emit_event(
         "kind": "Event",
         "metadata": {"name": f"{runtime}.{uuid.uuid4().hex[:12]}", "namespace": namespace},
         "involvedObject": {
-            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime",
+            "apiVersion": names.API_VERSION, "kind": names.KIND,
             "name": runtime, "namespace": namespace, "uid": runtime_uid,
         },
         "type": type_,
         "reason": reason,
         "message": message[:1000],
         "source": {"component": "baton"},
-        "reportingComponent": "baton.dev/operator",
+        "reportingComponent": names.REPORTING_COMPONENT,
         "reportingInstance": identity[:128],
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,

@@ -10,6 +10,8 @@ import datetime
 from typing import Any, Callable
 
 from baton.k8s import api, client
+from baton.lifecycle import manifests
+from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
@@ -72,11 +74,9 @@ async def acquire_lease(
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {"baton.dev/runtime": runtime},
-                "ownerReferences": [{
-                    "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": runtime,
-                    "uid": runtime_uid, "controller": True, "blockOwnerDeletion": False,
-                }],
+                "labels": {names.LABEL_RUNTIME: runtime},
+                "ownerReferences": [
+                    manifests.owner_reference(name=runtime, uid=runtime_uid, block_owner_deletion=False)],
             },
             "spec": spec,
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from baton.k8s import api, client
+from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
@@ -30,7 +31,7 @@ async def patch_pod_serving(namespace: str, name: str, uid: str, serving: bool) 
 
     Stopping admission on a pod that is gone (404, or the name now holds another UID) has nothing
     left to do: None. Starting it there fails."""
-    body = {"metadata": {"uid": uid, "labels": {"baton.dev/serving": "true" if serving else "false"}}}
+    body = {"metadata": {"uid": uid, "labels": {names.LABEL_SERVING: "true" if serving else "false"}}}
     try:
         patched: dict[str, Any] = await client.work().request(
             "PATCH", _path(namespace, name), body=body, content_type="application/merge-patch+json")

@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from baton.k8s import api, client
+from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
-RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("baton.dev", "toolruntimes", ("list", "patch")), ("baton.dev", "toolruntimes/status", ("patch",)))
-
-GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
-GROUP_VERSION = f"{GROUP}/{VERSION}"
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (names.GROUP, names.PLURAL, ("list", "patch")), (names.GROUP, f"{names.PLURAL}/status", ("patch",)))
 
 
 def _path(namespace: str | None, name: str | None = None, sub: str | None = None) -> str:
-    return api.path(GROUP_VERSION, PLURAL, namespace, name, sub)
+    return api.path(names.API_VERSION, names.PLURAL, namespace, name, sub)
 
 
 async def patch_runtime_finalizers(namespace: str, name: str, finalizers: list[str],
@@ -63,8 +62,8 @@ async def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
     page = await client.work().request("GET", _path(namespace), query={"fieldSelector": f"metadata.name={name}"})
     for item in page.get("items") or []:
         item.setdefault("metadata", {}).setdefault("namespace", namespace)
-        item.setdefault("apiVersion", GROUP_VERSION)
-        item.setdefault("kind", "ToolRuntime")
+        item.setdefault("apiVersion", names.API_VERSION)
+        item.setdefault("kind", names.KIND)
         return dict(item)
     return None
 

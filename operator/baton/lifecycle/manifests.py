@@ -7,31 +7,24 @@ import hashlib
 import json
 from typing import Any
 
-from baton.model import spec as spec_model
+from baton.model import names, spec as spec_model
 
-GROUP = "baton.dev"
-API_VERSION = "baton.dev/v1alpha1"
-KIND = "ToolRuntime"
-FINALIZER = "baton.dev/retire"
-LABEL_RUNTIME = "baton.dev/runtime"
-LABEL_GENERATION = "baton.dev/generation"
-LABEL_SERVING = "baton.dev/serving"
-ANN_GENERATION = "baton.dev/generation"
-ANN_FENCING_TOKEN = "baton.dev/fencing-token"
-ANN_TEMPLATE_HASH = "baton.dev/template-hash"
-ANN_RESET = "baton.dev/reset"
-ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
-ANN_FORCE_RETIRE = "baton.dev/force-retire"
-
-
-def pod_name(runtime: str) -> str:
-    """Every generation's pod has the runtime's name: the API server's name uniqueness then
-    refuses a second pod of a runtime while any earlier one exists, whoever sends the create."""
-    return runtime
-
-
-def lease_name(runtime: str) -> str:
-    return f"baton-{runtime}"
+# The API's names live in baton.model.names; re-exported until callers move to baton.model.names.
+GROUP = names.GROUP
+API_VERSION = names.API_VERSION
+KIND = names.KIND
+FINALIZER = names.FINALIZER
+LABEL_RUNTIME = names.LABEL_RUNTIME
+LABEL_GENERATION = names.LABEL_GENERATION
+LABEL_SERVING = names.LABEL_SERVING
+ANN_GENERATION = names.ANN_GENERATION
+ANN_FENCING_TOKEN = names.ANN_FENCING_TOKEN
+ANN_TEMPLATE_HASH = names.ANN_TEMPLATE_HASH
+ANN_RESET = names.ANN_RESET
+ANN_FORCE_RECOVERY = names.ANN_FORCE_RECOVERY
+ANN_FORCE_RETIRE = names.ANN_FORCE_RETIRE
+pod_name = names.pod_name
+lease_name = names.lease_name
 
 
 def template_hash(template: dict[str, Any], config_digest: str = "") -> str:
@@ -40,14 +33,16 @@ def template_hash(template: dict[str, Any], config_digest: str = "") -> str:
     return hashlib.sha256((canonical + "\n" + config_digest).encode()).hexdigest()[:16]
 
 
-def owner_reference(*, name: str, uid: str) -> dict[str, Any]:
+def owner_reference(*, name: str, uid: str, block_owner_deletion: bool = True) -> dict[str, Any]:
+    """The controller reference to ToolRuntime `name`. Pods and the Service block the owner's
+    deletion; the Lease's reference (baton.k8s.leases) has always been sent with False."""
     return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
+        "apiVersion": names.API_VERSION,
+        "kind": names.KIND,
         "name": name,
         "uid": uid,
         "controller": True,
-        "blockOwnerDeletion": True,
+        "blockOwnerDeletion": block_owner_deletion,
     }
 
 
@@ -65,21 +60,21 @@ def build_pod(
     meta = template.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     labels.update(
-        {LABEL_RUNTIME: runtime, LABEL_GENERATION: str(generation), LABEL_SERVING: "false"}
+        {names.LABEL_RUNTIME: runtime, names.LABEL_GENERATION: str(generation), names.LABEL_SERVING: "false"}
     )
     annotations = dict(meta.get("annotations") or {})
     annotations.update(
         {
-            ANN_GENERATION: str(generation),
-            ANN_FENCING_TOKEN: str(fencing_token),
-            ANN_TEMPLATE_HASH: template_hash,
+            names.ANN_GENERATION: str(generation),
+            names.ANN_FENCING_TOKEN: str(fencing_token),
+            names.ANN_TEMPLATE_HASH: template_hash,
         }
     )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(runtime),
+            "name": names.pod_name(runtime),
             "namespace": namespace,
             "labels": labels,
             "annotations": annotations,
@@ -90,7 +85,7 @@ def build_pod(
 
 
 def service_selector(runtime: str) -> dict[str, str]:
-    return {LABEL_RUNTIME: runtime, LABEL_SERVING: "true"}
+    return {names.LABEL_RUNTIME: runtime, names.LABEL_SERVING: "true"}
 
 
 def build_service(
@@ -109,7 +104,7 @@ def build_service(
         "metadata": {
             "name": runtime,
             "namespace": namespace,
-            "labels": {LABEL_RUNTIME: runtime},
+            "labels": {names.LABEL_RUNTIME: runtime},
             "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
         },
         "spec": {

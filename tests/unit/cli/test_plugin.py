@@ -18,6 +18,8 @@ from kubernetes.client import exceptions as k8s_exceptions
 
 import baton
 from baton import cli
+from baton.cli import cluster, render, requests
+from baton.cli.main import parser
 
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
 
@@ -48,58 +50,58 @@ STUCK = {"current": None,
     (30 * 3600, "30h"), (3 * 86400 + 4 * 3600, "3d4h"), (120 * 86400, "120d"), (800 * 86400, "2y"), (-5, "0s"),
 ])
 def test_human_duration_like_kubectl(seconds: float, text: str) -> None:
-    assert cli.human_duration(seconds) == text
+    assert render.human_duration(seconds) == text
 
 
 def test_list_rows_with_and_without_namespaces() -> None:
     items = [_rt("b", "x", status=STUCK), _rt("a", "y", status=READY), _rt("a", "x", status={})]
-    rows = cli.list_rows(items, all_namespaces=True, now=NOW)
+    rows = render.list_rows(items, all_namespaces=True, now=NOW)
     assert rows[0] == ["NAMESPACE", "NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"]
     assert rows[1:] == [
         ["x", "a", "-", "-", "-", "-", "-", "3d1h"],
         ["x", "b", "-", "False", "CleanupFailed", "-", "Handoff/AwaitingPodGone", "3d1h"],
         ["y", "a", "3", "True", "GenerationReady", "search", "-", "3d1h"],
     ]
-    rows = cli.list_rows(items[1:2], all_namespaces=False, now=NOW)
+    rows = render.list_rows(items[1:2], all_namespaces=False, now=NOW)
     assert rows == [["NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"],
                     ["a", "3", "True", "GenerationReady", "search", "-", "3d1h"]]
-    lines = cli.table(rows).splitlines()
+    lines = render.table(rows).splitlines()
     assert lines[1].split() == rows[1] and len(lines) == 2
 
 
 def test_history_and_status_text() -> None:
     rt = _rt(status=READY)
-    entries = cli.history_entries(rt)
+    entries = render.history_entries(rt)
     assert [(e["generation"], e["outcome"]) for e in entries] == [(2, "Reset"), (3, "Current")]
-    lines = cli.history_text(rt).splitlines()
+    lines = render.history_text(rt).splitlines()
     assert lines[0].split() == ["GENERATION", "POD", "UID", "STARTED", "RETIRED", "OUTCOME"]
     assert lines[2].split()[-1] == "Current" and lines[2].split()[4] == "-"
-    text = cli.status_text(_rt(status=STUCK), now=NOW)
+    text = render.status_text(_rt(status=STUCK), now=NOW)
     assert "transition: Handoff g2 -> g3 (TemplateChanged), step AwaitingPodGone" in text
     assert "(30s past)" in text and "last cleanup failure: generation 2 pod search" in text
 
 
 def test_reset_request_and_its_refusals() -> None:
-    req = cli.reset_request(_rt(status=READY))
+    req = requests.reset_request(_rt(status=READY))
     assert (req.annotation, req.generation) == ("baton.dev/reset", 3)
     assert req.as_data(_rt(status=READY), verb="reset") == {
         "kind": "ToolRuntime", "namespace": "agents", "name": "search", "verb": "reset",
         "annotations": {"baton.dev/reset": "3"}, "generation": 3,
         "message": "toolruntime/search: reset of generation 3 requested"}
-    with pytest.raises(cli.Refused, match="is suspended"):
-        cli.reset_request(_rt(status=READY, suspend=True))
-    with pytest.raises(cli.Refused, match="no current generation"):
-        cli.reset_request(_rt(status={}))
-    with pytest.raises(cli.Refused, match="in a transition"):
-        cli.reset_request(_rt(status={**READY, "transition": STUCK["transition"]}))
+    with pytest.raises(requests.Refused, match="is suspended"):
+        requests.reset_request(_rt(status=READY, suspend=True))
+    with pytest.raises(requests.Refused, match="no current generation"):
+        requests.reset_request(_rt(status={}))
+    with pytest.raises(requests.Refused, match="in a transition"):
+        requests.reset_request(_rt(status={**READY, "transition": STUCK["transition"]}))
 
 
 def test_force_recovery_request_and_its_refusal() -> None:
-    req = cli.force_recovery_request(_rt(status=STUCK))
+    req = requests.force_recovery_request(_rt(status=STUCK))
     assert (req.annotation, req.generation, req.abandons) == ("baton.dev/force-recovery", 2,
                                                             {"pod": "search", "uid": "u2"})
-    with pytest.raises(cli.Refused, match=r"no cleanup failure .*CleanupFailed=False, reason Clean"):
-        cli.force_recovery_request(_rt(status=READY))
+    with pytest.raises(requests.Refused, match=r"no cleanup failure .*CleanupFailed=False, reason Clean"):
+        requests.force_recovery_request(_rt(status=READY))
 
 
 @pytest.fixture
@@ -121,19 +123,19 @@ def test_confirm_asks_on_a_terminal(terminal: tuple[Any, int], answer: str, goes
     os.write(keyboard, answer.encode())
     err = io.StringIO()
     if goes_ahead:
-        cli.confirm("Abandon pod x?", yes=False, stdin=stdin, stderr=err)
+        requests.confirm("Abandon pod x?", yes=False, stdin=stdin, stderr=err)
     else:
-        with pytest.raises(cli.Refused, match="not confirmed: nothing changed"):
-            cli.confirm("Abandon pod x?", yes=False, stdin=stdin, stderr=err)
+        with pytest.raises(requests.Refused, match="not confirmed: nothing changed"):
+            requests.confirm("Abandon pod x?", yes=False, stdin=stdin, stderr=err)
     assert err.getvalue() == "Abandon pod x? [y/N] "
 
 
 def test_confirm_without_a_terminal_needs_yes() -> None:
     err = io.StringIO()
-    with pytest.raises(cli.Refused, match="not a terminal.*--yes"):
-        cli.confirm("Abandon?", yes=False, stdin=io.StringIO("y\n"), stderr=err)
+    with pytest.raises(requests.Refused, match="not a terminal.*--yes"):
+        requests.confirm("Abandon?", yes=False, stdin=io.StringIO("y\n"), stderr=err)
     assert err.getvalue() == ""  # nothing asked, nothing read
-    cli.confirm("Abandon?", yes=True, stdin=io.StringIO(""), stderr=err)
+    requests.confirm("Abandon?", yes=True, stdin=io.StringIO(""), stderr=err)
     assert err.getvalue() == ""
 
 
@@ -150,7 +152,7 @@ def test_every_verb_has_its_own_help(verb: str, capsys: pytest.CaptureFixture[st
 
 
 def test_flags_before_or_after_the_name() -> None:
-    p = cli.parser()
+    p = parser()
     a = p.parse_args(["status", "-n", "agents", "search", "-o", "yaml", "--kubeconfig", "/k"])
     b = p.parse_args(["status", "search", "--kubeconfig", "/k", "-o", "yaml", "--namespace", "agents"])
     assert vars(a) == vars(b) == {"verb": "status", "namespace": "agents", "name": "search", "output": "yaml",
@@ -185,13 +187,13 @@ def _api_error(status: int, reason: str, body: dict[str, Any] | str) -> k8s_exce
 
 def test_api_errors_are_explained() -> None:
     forbidden = _api_error(403, "Forbidden", {"kind": "Status", "message": 'toolruntimes.baton.dev "x" is forbidden'})
-    assert cli.explain_api_error(forbidden) == 'Forbidden: toolruntimes.baton.dev "x" is forbidden'
+    assert cluster.explain_api_error(forbidden) == 'Forbidden: toolruntimes.baton.dev "x" is forbidden'
     no_crd = _api_error(404, "Not Found", {"kind": "Status", "message": "the server could not find the requested resource",
                                             "details": {}})
-    assert "is Baton's CRD installed?" in cli.explain_api_error(no_crd)
-    assert "is Baton's CRD installed?" in cli.explain_api_error(_api_error(404, "Not Found", "404 page not found"))
+    assert "is Baton's CRD installed?" in cluster.explain_api_error(no_crd)
+    assert "is Baton's CRD installed?" in cluster.explain_api_error(_api_error(404, "Not Found", "404 page not found"))
     conflict = _api_error(409, "Conflict", {"kind": "Status", "message": "the object has been modified"})
-    assert cli.explain_api_error(conflict) == "the toolruntime changed while this ran; try again"
+    assert cluster.explain_api_error(conflict) == "the toolruntime changed while this ran; try again"
 
 
 def _closed_port() -> int:

@@ -1,0 +1,18 @@
+"""kubectl-baton, the `kubectl baton` plugin: a separate program from the operator.
+
+- ``main``: the command line (argparse, the verbs' table, exit codes).
+- ``verbs``: the verb runners.
+- ``requests``: the reset and force-recover rules and the confirmation (pure).
+- ``render``: tables, text, json and yaml output (pure).
+- ``cluster``: the adapter on the official kubernetes client (the only module here doing API I/O).
+
+It imports nothing of the operator but ``baton.model`` and ``baton.version`` (an import-linter
+contract in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+from baton.cli.main import main
+
+# The console script `kubectl-baton = "baton.cli:main"` (pyproject.toml) calls this.
+__all__ = ["main"]

@@ -1,0 +1,88 @@
+"""The verbs: read what a verb needs through the cluster adapter, apply its rule, print its output.
+
+Does I/O (through ``baton.cli.cluster``, and the streams in Io). Each runner returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+from typing import Any, Callable, Mapping, TextIO
+
+from baton.cli import cluster, render, requests
+
+
+@dataclasses.dataclass(frozen=True)
+class Io:
+    stdin: TextIO
+    stdout: TextIO
+    stderr: TextIO
+
+
+def _namespace(args: argparse.Namespace, connection: cluster.Cluster) -> str:
+    return getattr(args, "namespace", None) or connection.default_namespace
+
+
+def run_list(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    all_ns = bool(getattr(args, "all_namespaces", False))
+    namespace = None if all_ns else _namespace(args, connection)
+    items = cluster.list_runtimes(connection, namespace=namespace)
+    if args.output != "text":
+        print(render.render({"apiVersion": "v1", "kind": "List", "items": items}, output=args.output), file=io.stdout)
+        return 0
+    if not items:
+        where = "" if namespace is None else f" in {namespace} namespace"
+        print(f"No resources found{where}.", file=io.stderr)
+        return 0
+    now = datetime.datetime.now(datetime.timezone.utc)
+    print(render.table(render.list_rows(items, all_namespaces=all_ns, now=now)), file=io.stdout)
+    return 0
+
+
+def run_status(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    rt = cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)
+    if args.output == "text":
+        print(render.status_text(rt, now=datetime.datetime.now(datetime.timezone.utc)), file=io.stdout)
+    else:
+        data = {"namespace": rt["metadata"]["namespace"], "name": rt["metadata"]["name"],
+                "status": rt.get("status") or {}}
+        print(render.render(data, output=args.output), file=io.stdout)
+    return 0
+
+
+def run_history(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    rt = cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)
+    if args.output == "text":
+        print(render.history_text(rt), file=io.stdout)
+    else:
+        data = {"namespace": rt["metadata"]["namespace"], "name": rt["metadata"]["name"],
+                "history": render.history_entries(rt)}
+        print(render.render(data, output=args.output), file=io.stdout)
+    return 0
+
+
+def _run_request(args: argparse.Namespace, connection: cluster.Cluster, io: Io, *, verb: str,
+                 build: Callable[[Mapping[str, Any]], requests.Request], ask: bool) -> int:
+    rt = cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)
+    request = build(rt)
+    if ask:
+        abandons = request.abandons or {}
+        requests.confirm(f"Force-delete pod {abandons.get('pod')} (uid {abandons.get('uid')}) of "
+                         f"{rt['metadata']['namespace']}/{rt['metadata']['name']} generation {request.generation}, "
+                         "abandoning it (its process may still run on its node)?",
+                         yes=bool(getattr(args, "yes", False)), stdin=io.stdin, stderr=io.stderr)
+    cluster.annotate(connection, rt=rt, key=request.annotation, value=str(request.generation))
+    if args.output == "text":
+        print(request.message, file=io.stdout)
+    else:
+        print(render.render(request.as_data(rt, verb=verb), output=args.output), file=io.stdout)
+    return 0
+
+
+def run_reset(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    return _run_request(args, connection, io, verb="reset", build=requests.reset_request, ask=False)
+
+
+def run_force_recover(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    return _run_request(args, connection, io, verb="force-recover", build=requests.force_recovery_request, ask=True)

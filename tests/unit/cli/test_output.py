@@ -1,0 +1,228 @@
+"""The plugin's exact output, byte for byte, for every verb and output format, its refusals and
+API errors, and every verb's --help: what `kubectl baton` prints is an interface (scripts parse
+the json/yaml, people read the text).
+
+The expected outputs (golden.json) were recorded from the plugin as it was before it
+became a package (ff14dbd's baton/cli.py); a refactor must not change them. The API server is a
+fake CustomObjectsApi behind a real kubeconfig, so connect() runs as it does against a cluster.
+"""
+from __future__ import annotations
+
+import datetime
+import io
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+from kubernetes.client import exceptions as k8s_exceptions
+
+from baton import cli
+from baton.cli import render
+
+GOLDEN = json.loads((Path(__file__).parent / "golden.json").read_text())
+NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
+
+
+def _rt(name: str, namespace: str = "agents", *, status: dict[str, Any] | None = None, suspend: bool = False,
+        created: str | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "resourceVersion": "7", "uid": f"rt-{name}"}
+    if created is not None:
+        meta["creationTimestamp"] = created
+    return {"apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": meta,
+            "spec": {"suspend": suspend}, "status": status or {}}
+
+
+READY = {"observedGeneration": 4, "fencingToken": 9, "latestGeneration": 3, "holder": "op-a",
+         "current": {"generation": 3, "pod": "search", "uid": "u3", "templateHash": "h3",
+                     "startedAt": "2026-11-30T11:00:00Z", "readySince": "2026-11-30T11:00:05Z"},
+         "history": [{"generation": 1, "pod": "search", "uid": "u1", "startedAt": "2026-11-28T10:00:00Z",
+                      "retiredAt": "2026-11-29T10:00:00Z", "outcome": "Retired", "message": "template changed"},
+                     {"generation": 2, "pod": "search", "uid": "u2", "startedAt": "2026-11-29T10:00:00Z",
+                      "retiredAt": "2026-11-30T11:00:00Z", "outcome": "Reset"}],
+         "conditions": [{"type": "Ready", "status": "True", "reason": "GenerationReady",
+                         "message": "generation 3 ready", "lastTransitionTime": "2026-11-30T11:00:05Z"},
+                        {"type": "Progressing", "status": "False", "reason": "Idle"},
+                        {"type": "CleanupFailed", "status": "False", "reason": "Clean"},
+                        {"type": "SomeoneElses", "status": "Unknown"}]}
+STUCK = {"fencingToken": 4, "holder": "op-b",
+         "current": None,
+         "transition": {"kind": "Handoff", "from": 2, "to": 3, "step": "AwaitingPodGone", "trigger": "TemplateChanged",
+                        "startedAt": "2026-11-30T11:50:00Z", "stepStartedAt": "2026-11-30T11:55:00Z",
+                        "deadline": "2026-11-30T11:59:30Z"},
+         "lastCleanupFailure": {"generation": 2, "pod": "search", "uid": "u2", "reason": "PodStuckTerminating",
+                                "message": "still there", "at": "2026-11-30T11:58:00Z"},
+         "history": [{"generation": 1, "outcome": "Retired"}],
+         "conditions": [{"type": "Ready", "status": "False", "reason": "CleanupFailed", "message": "pod stuck"},
+                        {"type": "CleanupFailed", "status": "True", "reason": "PodStuckTerminating"}]}
+# A newer operator's values this plugin does not know, and a transition still ahead of its deadline.
+NEWER = {"current": {"generation": 5, "pod": "future", "uid": "u5", "templateHash": "h5"},
+         "transition": {"kind": "Teleport", "from": 5, "to": None, "step": "Dematerializing", "trigger": "Whim",
+                        "deadline": "2026-11-30T12:01:00Z"},
+         "conditions": [{"type": "Ready", "status": "True", "reason": "SomethingNew"}]}
+
+RENDER_CASES: dict[str, Callable[[], str]] = {
+    "status_text READY": lambda: render.status_text(_rt("search", status=READY), now=NOW),
+    "status_text STUCK": lambda: render.status_text(_rt("search", status=STUCK), now=NOW),
+    "status_text NEWER": lambda: render.status_text(_rt("future", status=NEWER), now=NOW),
+    "status_text empty": lambda: render.status_text(_rt("fresh"), now=NOW),
+    "history_text READY": lambda: render.history_text(_rt("search", status=READY)),
+    "history_text STUCK": lambda: render.history_text(_rt("search", status=STUCK)),
+    "history_text empty": lambda: render.history_text(_rt("fresh")),
+    "list table -A": lambda: render.table(render.list_rows(
+        [_rt("search", status=READY, created="2026-11-27T11:00:00Z"), _rt("stuck", "ops", status=STUCK,
+         created="2026-11-30T11:59:15Z"), _rt("future", status=NEWER, created="bad"), _rt("fresh")],
+        all_namespaces=True, now=NOW)),
+    "list table": lambda: render.table(render.list_rows(
+        [_rt("search", status=READY, created="2024-01-01T00:00:00Z"), _rt("fresh", created="2026-11-30T09:00:00Z")],
+        all_namespaces=False, now=NOW)),
+    "render json": lambda: render.render(render.history_entries(_rt("search", status=READY)), output="json"),
+    "render yaml": lambda: render.render(render.history_entries(_rt("search", status=READY)), output="yaml"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RENDER_CASES))
+def test_render_is_byte_identical(case: str) -> None:
+    assert RENDER_CASES[case]() == GOLDEN["render"][case]
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    """As decoded from the wire: no object shared between two answers."""
+    copied: dict[str, Any] = json.loads(json.dumps(obj))
+    return copied
+
+
+def _timeless(status: dict[str, Any]) -> dict[str, Any]:
+    """Without the transition's deadline: the verbs compare it with the real clock."""
+    return {**status, "transition": {k: v for k, v in status["transition"].items() if k != "deadline"}}
+
+
+class FakeCustomObjects:
+    """The four calls the plugin makes, over a dict of objects; records what it was asked."""
+
+    objects: dict[tuple[str, str], dict[str, Any]] = {}
+    calls: list[tuple[Any, ...]] = []
+    fail_patch: int | None = None
+    crd_missing = False
+    kubeconfig = ""  # its path, for --kubeconfig (the client reads KUBECONFIG only at import)
+
+    def __init__(self, api_client: Any = None) -> None:
+        pass
+
+    @classmethod
+    def _not_found(cls, name: str | None) -> k8s_exceptions.ApiException:
+        exc = k8s_exceptions.ApiException(status=404, reason="Not Found")
+        details = {} if name is None else {"name": name, "group": "baton.dev", "kind": "toolruntimes"}
+        exc.body = json.dumps({"kind": "Status", "message": "not found", "details": details})
+        return exc
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
+                                     **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("get", group, version, namespace, plural, name))
+        if self.crd_missing:
+            raise self._not_found(None)
+        if (namespace, name) not in self.objects:
+            raise self._not_found(name)
+        return _copy(self.objects[(namespace, name)])
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, field_selector: str | None = None,
+                                   **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("list", group, version, None, plural, field_selector))
+        wanted = None if field_selector is None else field_selector.split("=", 1)[1]
+        return {"items": [_copy(o) for (_, n), o in sorted(self.objects.items()) if wanted in (None, n)]}
+
+    def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                      **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("list", group, version, namespace, plural, None))
+        return {"items": [_copy(o) for (ns, _), o in sorted(self.objects.items()) if ns == namespace]}
+
+    def patch_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
+                                       body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("patch", group, version, namespace, plural, name, body))
+        if self.fail_patch is not None:
+            exc = k8s_exceptions.ApiException(status=self.fail_patch, reason="Conflict")
+            exc.body = json.dumps({"kind": "Status", "message": "the object has been modified"})
+            raise exc
+        return self.objects[(namespace, name)]
+
+
+def install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeCustomObjects]:
+    monkeypatch.setattr("kubernetes.client.CustomObjectsApi", FakeCustomObjects)
+    monkeypatch.setattr(FakeCustomObjects, "calls", [])
+    monkeypatch.setattr(FakeCustomObjects, "fail_patch", None)
+    monkeypatch.setattr(FakeCustomObjects, "crd_missing", False)
+    monkeypatch.setattr(FakeCustomObjects, "objects", {
+        ("agents", "search"): _rt("search", status=READY),
+        ("agents", "stuck"): _rt("stuck", status=_timeless(STUCK)),
+        ("agents", "paused"): _rt("paused", status=READY, suspend=True),
+        ("ops", "future"): _rt("future", "ops", status=_timeless(NEWER)),
+    })
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1", "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "agents"}}],
+    }))
+    monkeypatch.setattr(FakeCustomObjects, "kubeconfig", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    return FakeCustomObjects
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeCustomObjects]:
+    return install(monkeypatch, tmp_path)
+
+
+VERB_CASES = [
+    *[[*argv, "-o", output] for output in ("text", "json", "yaml") for argv in (
+        ["list"], ["list", "-A"], ["list", "-n", "empty"], ["status", "search"], ["status", "stuck"],
+        ["history", "search"], ["history", "stuck"], ["reset", "search"], ["force-recover", "stuck", "--yes"])],
+    ["list", "-A"], ["status", "future", "-n", "ops"],
+    ["status", "future"], ["status", "nothere"], ["reset", "stuck"], ["reset", "paused"],
+    ["reset", "future", "-n", "ops"], ["force-recover", "search", "--yes"], ["force-recover", "stuck"],
+]
+
+
+def _key(argv: list[str]) -> str:
+    return " ".join(argv)
+
+
+@pytest.mark.parametrize("argv", VERB_CASES, ids=_key)
+def test_verbs_are_byte_identical(api: type[FakeCustomObjects], argv: list[str]) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([*argv, "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=out, stderr=err)
+    assert [code, out.getvalue(), err.getvalue()] == GOLDEN["verbs"][_key(argv)]
+    # The names the API calls carry: baton.model.names' now, the same strings as before.
+    assert {c[1:3] + c[4:5] for c in api.calls} <= {("baton.dev", "v1alpha1", "toolruntimes")}
+
+
+def test_annotations_written(api: type[FakeCustomObjects]) -> None:
+    assert cli.main(["reset", "search", "--kubeconfig", api.kubeconfig], stdout=io.StringIO()) == 0
+    assert cli.main(["force-recover", "stuck", "--yes", "--kubeconfig", api.kubeconfig], stdout=io.StringIO()) == 0
+    assert [c[-1] for c in api.calls if c[0] == "patch"] == [
+        {"metadata": {"annotations": {"baton.dev/reset": "3"}, "resourceVersion": "7"}},
+        {"metadata": {"annotations": {"baton.dev/force-recovery": "2"}, "resourceVersion": "7"}}]
+
+
+@pytest.mark.parametrize("failure", ["conflict", "crd missing"])
+def test_api_errors_are_byte_identical(api: type[FakeCustomObjects], failure: str) -> None:
+    if failure == "conflict":
+        api.fail_patch = 409
+    else:
+        api.crd_missing = True
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(["reset", "search", "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=out, stderr=err)
+    assert [code, out.getvalue(), err.getvalue()] == GOLDEN["errors"][failure]
+
+
+@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "version"])
+def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")  # argparse wraps at the terminal's width
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--help"] if verb is None else [verb, "--help"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == GOLDEN["help"][str(verb)]
+

@@ -1,0 +1,45 @@
+"""The API's names have one home, baton.model.names: no other module spells a baton.dev name."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from baton.lifecycle import manifests
+from baton.model import names
+
+PACKAGE = Path(names.__file__).resolve().parent.parent
+# A string literal that is, or starts with, the API group: "baton.dev", "baton.dev/reset", ...
+LITERAL = re.compile(r"""["']baton\.dev["'/]""")
+# Modules the sweep has not reached yet (their owners were rewriting them at the time); shrink
+# this to empty as each one reads baton.model.names.
+NOT_YET = {
+    "cache/views.py",  # RBAC rules and the informers' apiVersions
+}
+
+
+def test_only_names_spells_the_api_names() -> None:
+    found = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if LITERAL.search(p.read_text())}
+    assert found == {"model/names.py"} | NOT_YET
+
+
+def test_manifests_re_exports_the_names_it_had() -> None:
+    for name in ("GROUP", "API_VERSION", "KIND", "FINALIZER", "LABEL_RUNTIME", "LABEL_GENERATION", "LABEL_SERVING",
+                 "ANN_GENERATION", "ANN_FENCING_TOKEN", "ANN_TEMPLATE_HASH", "ANN_RESET", "ANN_FORCE_RECOVERY",
+                 "ANN_FORCE_RETIRE", "pod_name", "lease_name"):
+        assert getattr(manifests, name) is getattr(names, name), name
+
+
+def test_names_are_the_wire_names() -> None:
+    assert (names.GROUP, names.VERSION, names.API_VERSION) == ("baton.dev", "v1alpha1", "baton.dev/v1alpha1")
+    assert (names.KIND, names.PLURAL, names.CLAIM_KIND, names.CLAIM_PLURAL) == (
+        "ToolRuntime", "toolruntimes", "ToolRuntimeClaim", "toolruntimeclaims")
+    assert (names.LABEL_RUNTIME, names.FINALIZER) == ("baton.dev/runtime", "baton.dev/retire")
+    assert (names.pod_name("mcp"), names.lease_name("mcp")) == ("mcp", "baton-mcp")
+
+
+def test_owner_reference_blocks_owner_deletion_unless_told() -> None:
+    ref = manifests.owner_reference(name="mcp", uid="u1")
+    assert ref == {"apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": "mcp", "uid": "u1",
+                   "controller": True, "blockOwnerDeletion": True}
+    assert manifests.owner_reference(name="mcp", uid="u1", block_owner_deletion=False) == {
+        **ref, "blockOwnerDeletion": False}
