@@ -90,7 +90,8 @@ def test_an_unreadable_line_makes_the_informer_list_again_instead_of_resuming_fr
     calls: list[str] = []
 
     class FakeApi:  # our own adapter boundary: what k8s.api.Api answers
-        async def list(self, path: str, *, label_selector: str | None = None) -> tuple[list[dict[str, object]], str]:
+        async def list(self, path: str, *, label_selector: str | None = None, limit: int = 500,
+                       each: object = None) -> tuple[list[dict[str, object]], str]:
             calls.append("list")
             return [], "7"
 
@@ -119,3 +120,96 @@ def test_an_unreadable_line_makes_the_informer_list_again_instead_of_resuming_fr
     asyncio.run(run())
     # Each failure lists again (a resume would have been watch@7 with no list between).
     assert calls[:6] == ["list", "watch@7", "pause:WatchStreamError", "list", "watch@7", "pause:WatchStreamError"]
+
+
+class ScriptedApi:
+    """Our adapter boundary (k8s.api.Api's list and watch), answering from a script."""
+
+    def __init__(self, *, watch_errors: list[BaseException], pages: list[list[dict[str, object]]] | None = None) -> None:
+        self.calls: list[str] = []
+        self.watch_errors = watch_errors
+        self.pages = pages or [[]]
+        self.held: list[int] = []  # how many items were held (mapped) when each page arrived
+
+    async def list(self, path: str, *, label_selector: str | None = None, limit: int = 500,
+                   each: object = None) -> tuple[list[dict[str, object]], str]:
+        self.calls.append(f"list(limit={limit})")
+        items: list[dict[str, object]] = []
+        for page in self.pages:
+            items += [each(dict(item)) if callable(each) else item for item in page]
+            self.held.append(len(items))
+        return items, "7"
+
+    async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
+                    timeout_seconds: int = 300) -> AsyncIterator[dict[str, object]]:
+        self.calls.append(f"watch@{resource_version}")
+        if self.watch_errors:
+            raise self.watch_errors.pop(0)
+        await asyncio.sleep(3600)
+        yield {}
+
+
+def _run_informer(api: ScriptedApi, store: object, *, until: int) -> list[str]:
+    from baton.cache import informer as informer_mod
+
+    async def run() -> None:
+        inf = informer_mod.Informer(api, kind="ConfigMap", group_version="v1",  # type: ignore[arg-type]
+                                    plural="configmaps", namespace="ns", store=store)  # type: ignore[arg-type]
+
+        async def no_pause(failures: int, exc: BaseException) -> None:
+            api.calls.append(f"pause({failures})")
+        inf._pause = no_pause  # type: ignore[method-assign]
+        task = asyncio.create_task(inf.run())
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if len(api.calls) >= until:
+                break
+        task.cancel()
+
+    asyncio.run(run())
+    return api.calls[:until]
+
+
+def test_a_throttled_or_failing_watch_resumes_from_its_version_without_listing_again() -> None:
+    from baton.cache import store as store_mod
+    api = ScriptedApi(watch_errors=[k8s_api.ApiError(429, "TooManyRequests", "slow down"),
+                                    k8s_api.ApiError(503, "ServiceUnavailable", "")])
+    calls = _run_informer(api, store_mod.Store(), until=6)
+    assert calls == ["list(limit=500)", "watch@7", "pause(1)", "watch@7", "pause(2)", "watch@7"]
+
+
+def test_gone_lists_again_at_once_but_gone_again_backs_off() -> None:
+    from baton.cache import store as store_mod
+    gone = k8s_api.ApiError(410, "Expired", "too old resource version")
+    api = ScriptedApi(watch_errors=[gone, gone, gone])
+    calls = _run_informer(api, store_mod.Store(), until=8)
+    assert calls == ["list(limit=500)", "watch@7", "list(limit=500)", "watch@7", "pause(1)", "list(limit=500)",
+                     "watch@7", "pause(2)"]
+
+
+def test_a_reducing_store_is_listed_in_small_pages_each_reduced_as_it_arrives() -> None:
+    from baton.cache import store as store_mod
+    big = [{"metadata": {"name": f"cm{i}", "resourceVersion": "3"}, "data": {"k": "x" * 1000}} for i in range(3)]
+    reduced = store_mod.Store(index_label=None, transform=lambda o: {"metadata": o["metadata"], "n": len(str(o))})
+    api = ScriptedApi(watch_errors=[], pages=[big[:2], big[2:]])
+    calls = _run_informer(api, reduced, until=2)
+    assert calls == ["list(limit=50)", "watch@7"]
+    kept = reduced.get("ns", "cm0")
+    assert kept is not None and "data" not in kept and kept["metadata"]["namespace"] == "ns"
+    assert kept["n"] > 1000  # reduced once, from the whole object, not again from its reduction
+
+
+def test_tombstones_are_forgotten_after_their_time_and_meanwhile_keep_late_replies_out() -> None:
+    from baton.cache import store as store_mod
+    now = [1000.0]
+    store = store_mod.Store(index_label=None, clock=lambda: now[0])
+    obj = {"metadata": {"namespace": "ns", "name": "a", "uid": "u1", "resourceVersion": "5"}}
+    for i in range(100):
+        store.apply({"metadata": {"namespace": "ns", "name": f"b{i}", "resourceVersion": "1"}})
+        store.delete({"metadata": {"namespace": "ns", "name": f"b{i}", "resourceVersion": "2"}})
+    store.apply(obj)
+    store.delete({"metadata": {**obj["metadata"], "resourceVersion": "9"}})
+    assert store.tombstones() == 101
+    assert not store.apply({"metadata": {**obj["metadata"], "resourceVersion": "7"}}), "a late reply stays out"
+    now[0] += store_mod.TOMBSTONE_SECONDS + 1
+    assert store.tombstones() == 0

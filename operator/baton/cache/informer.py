@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from typing import Any
 
 from baton import metrics
 from baton.cache import store
@@ -37,36 +38,53 @@ class Informer:
         self.namespace = namespace
         self.label_selector = label_selector
         self.watch_timeout_seconds = watch_timeout_seconds
+        # A store that keeps a reduced copy (a digest) gets small pages: the full objects of one
+        # page are all that is held at once.
+        self.page_size = 50 if store.reduces else 500
         self.synced = asyncio.Event()
         self.forbidden: str | None = None  # RBAC says no: reported, retried slowly
 
+    def _reduce(self, item: dict[str, Any]) -> dict[str, Any]:
+        item.setdefault("metadata", {}).setdefault("namespace", self.namespace or "")
+        return self.store.reduce(item)
+
     async def run(self) -> None:
         failures = 0
+        gone_in_a_row = 0
         rv: str | None = None
         while True:
             try:
                 if rv is None:
-                    items, rv = await self.api.list(self.path, label_selector=self.label_selector)
-                    for item in items:
-                        item.setdefault("metadata", {}).setdefault("namespace", self.namespace or "")
-                    self.store.replace(self.namespace, items)
+                    items, rv = await self.api.list(self.path, label_selector=self.label_selector,
+                                                    limit=self.page_size, each=self._reduce)
+                    self.store.replace(self.namespace, items, reduced=True)
+                    del items
                     metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
                     self.synced.set()
                     self.forbidden = None
                 async for event in self.api.watch(self.path, resource_version=rv, label_selector=self.label_selector,
                                                   timeout_seconds=self.watch_timeout_seconds):
                     rv = self._handle(event) or rv
+                    gone_in_a_row = 0
                 failures = 0
             except asyncio.CancelledError:
                 raise
             except k8s_api.ApiError as exc:
                 if exc.status == 410:
-                    rv = None  # too old: list again
+                    # Too old: list again, at once the first time; a list whose continue token
+                    # expires again (a slow list of a large scope) backs off instead of looping.
+                    rv = None
+                    gone_in_a_row += 1
+                    if gone_in_a_row > 1:
+                        failures += 1
+                        await self._pause(failures, exc)
                     continue
+                failures += 1
                 if exc.status == 403:
                     self.forbidden = str(exc)
-                failures += 1
-                rv = None
+                    rv = None  # listed again once allowed: the list clears `forbidden`
+                # Throttled (429) or a server error: the resume point is still good, so the
+                # watch resumes from it after the pause instead of listing everything again.
                 await self._pause(failures, exc)
             except k8s_api.WatchStreamError as exc:
                 # The same resourceVersion would replay the same line: list again instead.

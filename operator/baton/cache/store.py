@@ -5,6 +5,7 @@ No I/O. Informers and the executor feed it; `apply` keeps the newest version of 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Iterable
 
 from baton.model import names
@@ -16,6 +17,11 @@ Listener = Callable[[Obj | None, Obj | None], None]
 
 # Re-exported until callers move to baton.model.names (the label had two names).
 RUNTIME_LABEL = names.LABEL_RUNTIME
+
+
+# How long a deleted object's resourceVersion is remembered. A write's reply arrives within its
+# request timeout (at most a minute) or never; this is five times that.
+TOMBSTONE_SECONDS = 300.0
 
 
 def rv_of(obj: Obj | None) -> int:
@@ -32,7 +38,8 @@ def key_of(obj: Obj) -> Key:
 
 class Store:
     def __init__(self, *, index_label: str | None = names.LABEL_RUNTIME, transform: Callable[[Obj], Obj] | None = None,
-                 selected_by: str | None = None, index_by: Callable[[Obj], str | None] | None = None) -> None:
+                 selected_by: str | None = None, index_by: Callable[[Obj], str | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """`selected_by`: the label its informer selects on. An object without it (a write's
         reply after someone removed the label) is out of the selection: no watch event would
         ever refresh it, so the store drops it instead of keeping a copy that goes stale."""
@@ -44,8 +51,9 @@ class Store:
         self._transform = transform
         self.listeners: list[Listener] = []
         # Deleted objects' last resourceVersions: a late reply to an older write does not bring
-        # a deleted object back.
-        self._deleted_rv: dict[Key, int] = {}
+        # a deleted object back. Kept TOMBSTONE_SECONDS (by `clock`), oldest first.
+        self._deleted_rv: dict[Key, tuple[int, float]] = {}
+        self._clock = clock
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -80,10 +88,20 @@ class Store:
         if after is not None:
             self._index.setdefault((key[0], after), set()).add(key[1])
 
-    def apply(self, obj: Obj) -> bool:
-        """Keep `obj` if it is newer than what is stored; True if it changed the view."""
-        if self._transform is not None:
-            obj = self._transform(obj)
+    @property
+    def reduces(self) -> bool:
+        """The store keeps a reduced copy of each object (its transform), not the object."""
+        return self._transform is not None
+
+    def reduce(self, obj: Obj) -> Obj:
+        """What the store keeps of `obj` (all of it, unless the store was given a transform)."""
+        return obj if self._transform is None else self._transform(obj)
+
+    def apply(self, obj: Obj, *, reduced: bool = False) -> bool:
+        """Keep `obj` if it is newer than what is stored; True if it changed the view.
+        `reduced`: `obj` is already what `reduce` returns (a list reduced page by page)."""
+        if not reduced:
+            obj = self.reduce(obj)
         if self._selected_by is not None and self._selected_by not in ((obj.get("metadata") or {}).get("labels") or {}):
             return self.delete(obj)
         key = key_of(obj)
@@ -91,7 +109,7 @@ class Store:
         rv = rv_of(obj)
         if old is not None and rv_of(old) >= rv:
             return False
-        if old is None and self._deleted_rv.get(key, -1) >= rv:
+        if old is None and key in self._deleted_rv and self._deleted_rv[key][0] >= rv:
             return False
         self._deleted_rv.pop(key, None)
         self._objects[key] = obj
@@ -109,17 +127,35 @@ class Store:
         if uid and (old.get("metadata") or {}).get("uid") not in (None, uid):
             return False  # an older object of that name; the stored one is newer
         del self._objects[key]
-        self._deleted_rv[key] = max(rv_of(obj), rv_of(old))
+        self._forget_old_tombstones()
+        self._deleted_rv.pop(key, None)  # re-inserted last: the dict stays ordered by time
+        self._deleted_rv[key] = (max(rv_of(obj), rv_of(old)), self._clock())
         self._reindex(key, old, None)
         for listener in self.listeners:
             listener(old, None)
         return True
 
-    def replace(self, namespace: str | None, objs: list[Obj]) -> None:
-        """A fresh list (of one namespace, or all): apply it, and delete what it no longer has."""
-        seen = {key_of(o if self._transform is None else self._transform(o)) for o in objs}
+    def _forget_old_tombstones(self) -> None:
+        horizon = self._clock() - TOMBSTONE_SECONDS
+        while self._deleted_rv:
+            key, (_, at) = next(iter(self._deleted_rv.items()))
+            if at > horizon:
+                return
+            del self._deleted_rv[key]
+
+    def tombstones(self) -> int:
+        """How many deleted objects' versions are remembered (bounded by TOMBSTONE_SECONDS)."""
+        self._forget_old_tombstones()
+        return len(self._deleted_rv)
+
+    def replace(self, namespace: str | None, objs: list[Obj], *, reduced: bool = False) -> None:
+        """A fresh list (of one namespace, or all): apply it, and delete what it no longer has.
+        `reduced`: the objects are already what `reduce` returns."""
+        if not reduced:
+            objs = [self.reduce(o) for o in objs]
+        seen = {key_of(o) for o in objs}
         for key, old in list(self._objects.items()):
             if (namespace is None or key[0] == namespace) and key not in seen:
                 self.delete(old)
         for obj in objs:
-            self.apply(obj)
+            self.apply(obj, reduced=True)

@@ -17,7 +17,7 @@ import asyncio
 import json
 import ssl
 import time
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -194,8 +194,10 @@ class Api:
             raise
 
     async def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-                   limit: int = 500) -> tuple[list[dict[str, Any]], str]:
-        """Every item (paged), and the list's resourceVersion to watch from."""
+                   limit: int = 500, each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+                   ) -> tuple[list[dict[str, Any]], str]:
+        """Every item (paged), and the list's resourceVersion to watch from. `each` maps every
+        item as its page arrives, so only what it returns is held while later pages load."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"limit": limit}
         if label_selector:
@@ -204,10 +206,13 @@ class Api:
             query["fieldSelector"] = field_selector
         while True:
             page = await self.request("GET", path, query=query, timeout=60)
-            items += page.get("items") or []
-            cont = (page.get("metadata") or {}).get("continue")
+            meta = page.get("metadata") or {}
+            page_items: list[dict[str, Any]] = page.get("items") or []
+            items += page_items if each is None else [each(item) for item in page_items]
+            del page, page_items
+            cont = meta.get("continue")
             if not cont:
-                return items, str((page.get("metadata") or {}).get("resourceVersion") or "")
+                return items, str(meta.get("resourceVersion") or "")
             query["continue"] = cont
 
     async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
