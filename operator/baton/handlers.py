@@ -13,6 +13,8 @@ from typing import Any
 
 import kopf
 
+from baton import clock as clock_mod
+from baton import faults as faults_mod
 from baton import metrics, runner as runner_mod, server, settings as settings_mod
 from baton.k8s import client, runtimes
 
@@ -29,10 +31,10 @@ def _runner() -> runner_mod.Runner:
     return RUNNER
 
 
-def install(settings: settings_mod.Settings) -> None:
+def install(settings: settings_mod.Settings, *, clock: clock_mod.Clock, faults: faults_mod.Faults) -> None:
     global SETTINGS, RUNNER
     SETTINGS = settings
-    RUNNER = runner_mod.Runner(settings)
+    RUNNER = runner_mod.Runner(settings, clock=clock, faults=faults)
 
 
 @kopf.on.startup()

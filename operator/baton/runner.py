@@ -17,12 +17,14 @@ import logging
 import time
 from typing import Any, Iterable
 
+from baton import clock as clock_mod
 from baton import drainprobe, execute, lifecycle, metrics, settings as settings_mod
+from baton import faults as faults_mod
 from baton import queue as q
 from baton.cache import snapshot as snapshot_mod
 from baton.cache import store as st_mod
 from baton.cache import views as vw
-from baton.k8s import client, leases
+from baton.k8s import client
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import spec as spec_model
@@ -39,16 +41,17 @@ CLAIM_SETTLE_SECONDS = 1.0
 
 
 class Runner:
-    def __init__(self, settings: settings_mod.Settings) -> None:
+    def __init__(self, settings: settings_mod.Settings, *, clock: clock_mod.Clock, faults: faults_mod.Faults) -> None:
         self.settings = settings
+        self.clock = clock
         self.views = vw.Views(namespaces=settings.namespaces, watch_configmaps=settings.watch_configmaps,
                               watch_secrets=settings.watch_secrets)
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
-                                         views=self.views)
+                                         views=self.views, clock=clock, faults=faults)
         self.prober = drainprobe.Prober(allowed=settings.probe_allowed, concurrency=settings.probe_concurrency)
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes
         # and hands the Lease back instead of renewing it while new work queues ahead of it.
-        self.queue: q.WorkQueue[Key] = q.WorkQueue(first=lambda key: key in self.executor.held)
+        self.queue: q.WorkQueue[Key] = q.WorkQueue(first=lambda key: key in self.executor.leases.held)
         self.backoff: q.Backoff[Key] = q.Backoff()
         self.budget: q.PassBudget[Key] = q.PassBudget()
         self.locals: dict[Key, snapshot_mod.Local] = {}
@@ -82,7 +85,7 @@ class Runner:
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
 
     def wake(self, namespace: str, name: str) -> None:
-        if not self.shutting_down or (namespace, name) in self.executor.held:
+        if not self.shutting_down or (namespace, name) in self.executor.leases.held:
             self.queue.add((namespace, name))
 
     def _on_runtime(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -196,17 +199,17 @@ class Runner:
                 self.queue.add_after(key, throttle)
                 return
             local.shutting_down = self.shutting_down
-            local.lease_held_here = self.executor.holds(key)
+            local.lease_held_here = self.executor.leases.holds(key)
             snap = await snapshot_mod.read_snapshot(self.views, ns, name, local)
             if snap is None:
-                await self.executor.abandon(key)
+                await self.executor.leases.abandon(key)
                 self._forget(key)
                 return
             o = snap.observed
             self.index_config_refs(key, [] if o.spec_error else mf.config_refs(o.spec.template))
             t = o.status.transition
             if (t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid
-                    and self.executor.holds(key)):
+                    and self.executor.leases.holds(key)):
                 # Only the Lease holder probes: other replicas never dial the pod.
                 retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
                 if retiring is not None:
@@ -214,7 +217,7 @@ class Runner:
                     snap.observed = o = o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
             elif (t is None and o.status.pending is not None and o.spec.drain.probe is not None
                   and o.status.current is not None and o.spec.handoff.policy == spec_model.HandoffPolicy.WHEN_IDLE
-                  and self.executor.holds(key) and lifecycle.idle_check_due(o, execute.utcnow())):
+                  and self.executor.leases.holds(key) and lifecycle.idle_check_due(o, self.clock.wall())):
                 # A change waits for idle (handoff policy WhenIdle): decide() takes the Lease only
                 # when a check is due, so this probe runs at most once per check interval.
                 serving = next((pd for pd in snap.pods if pd["metadata"]["uid"] == o.status.current.uid), None)
@@ -223,18 +226,18 @@ class Runner:
                 if serving is not None:
                     result = await self.prober.probe(pod=serving, probe=o.spec.drain.probe)
                     idle, error = result.idle, result.error
-                local.idle_checked_at = execute.utcnow()
+                local.idle_checked_at = self.clock.wall()
                 snap.observed = o = o.model_copy(update={"drain_idle": idle, "drain_probe_error": error,
                                                          "idle_checked_at": local.idle_checked_at})
             b = o.spec.budgets
             pin_wait = b.pin_seconds if t is not None and t.pin_wait_since is not None else 0
             self.last_status[key] = (o.status, float(b.lock_seconds + b.connect_seconds + b.drain_seconds
                                                       + b.cleanup_seconds + pin_wait))
-            plan = lifecycle.decide(o, execute.utcnow())
+            plan = lifecycle.decide(o, self.clock.wall())
             if plan.lease_wait or plan.find(p.AcquireLease):
                 if local.lock_wait_since is None:
-                    local.lock_wait_since = execute.utcnow()
-            elif not self.executor.holds(key):
+                    local.lock_wait_since = self.clock.wall()
+            elif not self.executor.leases.holds(key):
                 local.lock_wait_since = None
             if plan.actions:
                 log.debug("plan %s: %s (%s)", name, plan.kinds(), plan.note, extra={"runtime": f"{ns}/{name}"})
@@ -244,8 +247,11 @@ class Runner:
                 # cache, or one that takes the lifecycle a step on (finite per transition), is
                 # not charged: a handoff always runs at full speed.
                 self.budget.refund(key)
-            ok = await self.executor.execute(snap, plan, local, lambda: self.wake(ns, name))
-            if not ok:
+            outcome = await self.executor.execute(snap, plan, lambda: self.wake(ns, name))
+            _fold(local, outcome)
+            if outcome.again_now:
+                self.wake(ns, name)
+            if not outcome.ok:
                 self.queue.add_after(key, self.backoff.when(key))
                 return
             self.backoff.forget(key)
@@ -257,7 +263,7 @@ class Runner:
         self.queue.add(key)  # still asking to act at once: back of the line, fair to the others
 
     def _forget(self, key: Key) -> None:
-        self.executor.drop(key)
+        self.executor.leases.drop(key)
         self.locals.pop(key, None)
         self.last_status.pop(key, None)
         self.backoff.forget(key)
@@ -271,28 +277,19 @@ class Runner:
         they are and hands their Lease back; anything left is released at the end."""
         self.shutting_down = True
         metrics.SHUTTING_DOWN.set(1)
-        for key in list(self.executor.held):
+        for key in list(self.executor.leases.held):
             self.queue.add(key)
         deadline = time.monotonic() + self.settings.shutdown_grace_seconds
-        while self.executor.held and time.monotonic() < deadline:
+        while self.executor.leases.held and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         self.queue.shut_down()
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
-        if self.executor.held:
-            log.warning("%d runtimes still held after the shutdown grace", len(self.executor.held))
-        # Anything still held (a step cut short) is handed back; the next holder resumes.
-        for key in list(self.executor.held):
-            ns, name = key
-            held = self.executor.held.get(key)
-            self.executor.drop(key)
-            try:
-                await leases.release_lease(namespace=ns, name=mf.lease_name(name), identity=self.settings.identity,
-                                           last=held.last if held else None)
-            except Exception as exc:
-                log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc))
-        await self.executor.flush_events(timeout=5.0)
+        if self.executor.leases.held:
+            log.warning("%d runtimes still held after the shutdown grace", len(self.executor.leases.held))
+        await self.executor.leases.release_all()
+        await self.executor.events.flush(timeout=5.0)
         await self.views.stop()
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
@@ -300,6 +297,26 @@ class Runner:
             conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
             yield ns, name, conds, started, budget_sum if started is not None else None
+
+
+def _fold(local: snapshot_mod.Local, outcome: execute.Outcome) -> None:
+    """What the plan's run learnt, into this process's memory of the runtime."""
+    if outcome.lease_acquired_at is not None and local.lock_wait_since is not None:
+        metrics.LOCK_WAIT.observe(max(0.0, (outcome.lease_acquired_at - local.lock_wait_since).total_seconds()))
+    if outcome.lease_acquired_at is not None:
+        local.lock_wait_since = None
+    if outcome.last_error is not None:
+        local.last_error = outcome.last_error
+    if outcome.pod_rejected is not None:
+        local.pod_rejected = outcome.pod_rejected
+    if outcome.name_taken is not None:
+        local.name_taken = outcome.name_taken
+    if outcome.service_taken is not None:
+        local.service_taken = outcome.service_taken
+    if outcome.ran_through:
+        local.last_error = None
+        local.pod_rejected = None  # recorded in status by this plan
+    local.reads += outcome.reads
 
 
 def _where(status: st.ToolRuntimeStatus) -> tuple[object, ...]:

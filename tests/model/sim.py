@@ -20,12 +20,13 @@ import asyncio
 import dataclasses
 import datetime
 import json
-import types
 from typing import Any, Callable
 
 import pydantic
 
-from baton import execute
+from baton import clock as clock_mod
+from baton import execute, runner
+from baton import faults as faults_mod
 from baton.cache import informer as inf
 from baton.cache import snapshot as snapshot_mod
 from baton.cache import views as vw
@@ -73,8 +74,11 @@ STEP_BUDGET = {
 }
 
 
-class Clock:
+class Clock(clock_mod.Clock):
+    """Simulated time: both clocks advance only when the model says so."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.t = 0.0
 
     def monotonic(self) -> float:
@@ -497,7 +501,7 @@ class Server:
     def _sender_holds(self) -> bool:
         """Whether the sender believes it holds the Lease (a holder's write, fenced by the token)."""
         rep = self.senders.get(self.sender or "")
-        return rep is not None and (NS, RT) in rep.executor.held
+        return rep is not None and (NS, RT) in rep.executor.leases.held
 
     def _check_pins(self, pod: dict[str, Any], body: dict[str, Any]) -> None:
         """Pins: admission to a serving generation is stopped only when no CommitEligible or
@@ -533,7 +537,7 @@ class Server:
         rep = self.senders[self.sender]
         lease = self.get("Lease", mf.lease_name(RT))
         spec = (lease or {}).get("spec") or {}
-        held = rep.executor.held.get((NS, RT))
+        held = rep.executor.leases.held.get((NS, RT))
         if (held is None or spec.get("holderIdentity") != rep.identity
                 or int(spec.get("leaseTransitions") or 0) != held.token):
             self.violation(f"{rep.identity}: {what} sent while it does not hold the Lease "
@@ -739,7 +743,8 @@ class Replica:
         self.claims_informer.synced.set()
         self.views.informers.append(self.claims_informer)
         self.woken = False
-        self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views)
+        self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views,
+                                         clock=self.clock, faults=faults_mod.Faults())
         self.local = SimLocal(identity=self.identity, lease_duration_seconds=LEASE_SECONDS, backoff_base_seconds=5.0)
         self.local.clock = self.clock
         self.cursor = 0
@@ -789,9 +794,8 @@ class Replica:
             answer = LOOP.run_until_complete(coro)
             # The executor posts events from a task of its own: let it post this call's (most
             # calls post none, and a loop pass per call was a tenth of the model's time).
-            sender = self.executor._event_sender
-            if sender is not None and not sender.done():
-                LOOP.run_until_complete(self.executor.flush_events(timeout=60.0))
+            if self.executor.events.sending():
+                LOOP.run_until_complete(self.executor.events.flush(timeout=60.0))
             return answer
         finally:
             self.server.sender = None
@@ -804,27 +808,27 @@ class Replica:
                 _TASKS_STARTED.clear()
 
     def renew(self) -> None:
-        if (NS, RT) in self.executor.held and self.paused_plan is None:
-            held = self.executor.held[(NS, RT)]
+        if (NS, RT) in self.executor.leases.held and self.paused_plan is None:
+            held = self.executor.leases.held[(NS, RT)]
             if self.clock.monotonic() - held.renewed >= max(0.5, held.duration / 3):
-                self._run(self.executor.renew_once((NS, RT), lambda: None))
+                self._run(self.executor.leases.renew_once((NS, RT), lambda: None))
 
     def decide(self) -> tuple[snapshot_mod.Snapshot, p.Plan] | None:
         if not self.lagging:
             self.catch_up()
         key = (NS, RT)
         local = self.local
-        local.lease_held_here = self.executor.holds(key)
+        local.lease_held_here = self.executor.leases.holds(key)
         snap = self._run(snapshot_mod.read_snapshot(self.views, NS, RT, local))
         if snap is None:
             # As runner._turn: a Lease still held for a runtime that is gone is deleted, then
             # everything about it forgotten.
-            self._run(self.executor.abandon(key))
+            self._run(self.executor.leases.abandon(key))
             return None
         o = snap.observed
         t = o.status.transition
         if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid \
-                and self.executor.holds(key):
+                and self.executor.leases.holds(key):
             if any(pd["metadata"]["uid"] == t.from_uid for pd in snap.pods):
                 idle = not self.server.tool_busy
                 snap.observed = o = o.model_copy(update={"drain_idle": idle,
@@ -833,16 +837,20 @@ class Replica:
         if plan.lease_wait or plan.find(p.AcquireLease):
             if local.lock_wait_since is None:
                 local.lock_wait_since = self.clock.wall()
-        elif not self.executor.holds(key):
+        elif not self.executor.leases.holds(key):
             local.lock_wait_since = None
         return snap, plan
 
     def execute(self, snap: snapshot_mod.Snapshot, plan: p.Plan) -> bool:
         for a in plan.actions:
-            if isinstance(a, p.ForceDeletePod) and self.executor.holds((NS, RT)):
+            if isinstance(a, p.ForceDeletePod) and self.executor.leases.holds((NS, RT)):
                 self.server.force_deleted.add(a.uid)
         self.woken = False
-        ok: bool = self._run(self.executor.execute(snap, plan, self.local, self.wake))
+        outcome: execute.Outcome = self._run(self.executor.execute(snap, plan, self.wake))
+        runner._fold(self.local, outcome)
+        if outcome.again_now:
+            self.wake()
+        ok = outcome.ok
         # Woken (a write refused for a stale resourceVersion, the runtime read again): decide
         # again at once, as runner's queue would.
         self.last_wait = (0.0 if self.woken else plan.wait_seconds) if ok else 1.0
@@ -881,15 +889,13 @@ class Replica:
 
 
 def install(server: Server, clock: Clock) -> Callable[[], None]:
-    """Point baton.k8s.client and the executor's clock at the simulation; returns an undo."""
+    """Point baton.k8s.client at the simulation; returns an undo."""
     fake = FakeApi(server)
-    saved = (client._WORK, client._LEASES, execute.time, execute.utcnow)
+    saved = (client._WORK, client._LEASES)
     client._WORK = client._LEASES = fake  # type: ignore[assignment]
-    execute.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
-    execute.utcnow = clock.wall  # type: ignore[assignment]
 
     def undo() -> None:
-        client._WORK, client._LEASES, execute.time, execute.utcnow = saved  # type: ignore[assignment]
+        client._WORK, client._LEASES = saved
 
     return undo
 

@@ -130,7 +130,7 @@ class BatonModel(RuleBasedStateMachine):
         the fresh-Lease check and the API server fence."""
         self._t("frozen-before-acting", r, template, holder)
         if holder:
-            r = next((i for i, rep in enumerate(self.replicas) if (sim.NS, sim.RT) in rep.executor.held), r)
+            r = next((i for i, rep in enumerate(self.replicas) if (sim.NS, sim.RT) in rep.executor.leases.held), r)
         if template:
             self.template_changes()
         self.replicas[r].pause_before_fenced = True
@@ -594,7 +594,7 @@ def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_hol
         other.lagging = False
         other.step()  # its view catches up: the runtime is gone
         assert ("Lease", mf.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
-        assert not other.executor.held
+        assert not other.executor.leases.held
         assert not srv.violations, "\n".join(srv.violations)
     finally:
         m.undo()
@@ -689,7 +689,7 @@ def test_a_lease_restored_below_the_token_status_carries_is_taken_up_past_it_bef
         got = taker.decide()
         assert got is not None and got[1].find(p.AcquireLease), got and got[1]
         taker.execute(*got)
-        held = taker.executor.held.get((sim.NS, sim.RT))
+        held = taker.executor.leases.held.get((sim.NS, sim.RT))
         assert held is not None and held.token <= before.fencing_token, (held, before.fencing_token)
         taker.stream_lag("ToolRuntime", False)
         taker.catch_up()  # its view shows the stored status, with the higher token
@@ -802,7 +802,7 @@ def test_a_holder_frozen_before_a_pod_change_is_refused_by_its_own_fresh_lease_c
                 m.advance(1)
         assert holder.paused_plan is not None, "no plan of the handoff begins with a pod change"
         m.replicas = everyone  # the frozen one does nothing until resumed
-        frozen_token = holder.executor.held[(sim.NS, sim.RT)].token
+        frozen_token = holder.executor.leases.held[(sim.NS, sim.RT)].token
         m.run_for(3 * sim.LEASE_SECONDS)  # the others take over past its Lease
         s = srv.status()
         assert s is not None and s.fencing_token > frozen_token, "nobody took over: nothing to fence"

@@ -1,4 +1,5 @@
-"""The watch-fed views Baton reads, and the informers that fill them. Does I/O (watches).
+"""The watch-fed views Baton reads, and the informers that fill them. Does I/O (watches, and the
+one authoritative read of a runtime, reread_runtime).
 
 Selected on the server wherever the object carries Baton's label: pods, Leases, Services and
 EndpointSlices (the EndpointSlice controller copies a Service's labels onto its slices) by
@@ -16,7 +17,7 @@ from typing import Any
 from baton.cache import informer as inf
 from baton.cache import store as st
 from baton.k8s import api as k8s_api
-from baton.k8s import configrefs
+from baton.k8s import configrefs, runtimes
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -97,6 +98,21 @@ class Views:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def apply(self, obj: dict[str, Any] | None, kind: str = "") -> None:
+        """Apply what a write returned to the views (read-your-writes)."""
+        if not isinstance(obj, dict) or "metadata" not in obj:
+            return
+        store = {"Pod": self.pods, "Lease": self.leases, "Service": self.services,
+                 "ToolRuntime": self.runtimes, "ToolRuntimeClaim": self.claims}.get(kind or str(obj.get("kind") or ""))
+        if store is not None:
+            store.apply(obj)
+
+    async def reread_runtime(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The runtime as stored now (an authoritative read), applied to the view; None if gone."""
+        stored = await runtimes.read_runtime(*key)
+        self.apply(stored, "ToolRuntime")
+        return stored
 
     def claims_known(self, namespace: str) -> bool:
         """Whether the claims view of `namespace` is filled (listed, not forbidden): until it is,
