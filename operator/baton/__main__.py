@@ -10,7 +10,8 @@ import kopf
 
 import baton
 from baton import faults as faults_mod
-from baton import handlers, logs, settings as settings_mod
+from baton import activities, logs
+from baton import settings as settings_mod
 from baton.k8s import client
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     client.load_config()
     # Read once: the fault injection (tests only) and the clock it shifts, passed down from here.
     faults = faults_mod.Faults.from_env()
-    handlers.install(settings, clock=faults.clock(), faults=faults)
+    activities.install(settings, clock=faults.clock(), faults=faults)
     kopf.run(
         standalone=True,
         clusterwide=not settings.namespaces,

@@ -1,14 +1,17 @@
 """A small simulated API server and operator replicas that run Baton's real code against it.
 
-What is real: ``baton.lifecycle.decide`` (every decision), ``baton.cache.snapshot.read_snapshot``
-(how the snapshot is built from the views, including the fresh GETs by name), ``baton.cache``'s
-stores (the views, read-your-writes), ``baton.execute.Executor`` (how each action is carried
-out, the fresh-Lease check, the fencing token on status writes) and ``baton.k8s`` (the requests
-it sends: UID preconditions, the Lease compare-and-swap, the JSON-patch test on annotations).
-What is simulated: the transport under ``baton.k8s.client`` (``FakeApi``), which hands each
-request to ``Server``: objects with resourceVersions and UIDs, name uniqueness, compare-and-swap,
-the CRD's CEL fence, grace periods and finalizers, a kubelet, watches that can lag, requests
-held back and delivered later. Time is simulated (``Clock``); nothing sleeps.
+What is real: the pass itself, ``baton.reconcile.Reconciler`` (its memory, the probes it asks
+for, the lock-wait bookkeeping, folding what a plan learnt), and so ``baton.lifecycle.decide``
+(every decision), ``baton.cache.snapshot.read_snapshot`` (how the snapshot is built from the
+views, including the fresh GETs by name), ``baton.cache``'s stores (the views, read-your-writes),
+``baton.execute.Executor`` (how each action is carried out, the fresh-Lease check, the fencing
+token on status writes) and ``baton.k8s`` (the requests it sends: UID preconditions, the Lease
+compare-and-swap, the JSON-patch test on annotations). What is simulated: the transport under
+``baton.k8s.client`` (``FakeApi``), which hands each request to ``Server``: objects with
+resourceVersions and UIDs, name uniqueness, compare-and-swap, the CRD's CEL fence, grace periods
+and finalizers, a kubelet, watches that can lag, requests held back and delivered later; the
+drain probe's answer (``ToolProber``). Time is simulated (``Clock``, injected into the pass);
+nothing sleeps.
 
 The server also checks the invariants that are about what it accepts (``Server.violations``):
 it knows which replica sent each request and whether that replica held the Lease.
@@ -25,15 +28,14 @@ from typing import Any, Callable
 import pydantic
 
 from baton import clock as clock_mod
-from baton import execute, runner
+from baton import drainprobe, execute, reconcile, triggers
 from baton import faults as faults_mod
 from baton.cache import informer as inf
-from baton.cache import snapshot as snapshot_mod
+from baton.cache import snapshot
 from baton.cache import views as vw
 from baton.k8s import api, client
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
 from baton.model import status as st
 
 
@@ -692,17 +694,15 @@ class FakeApi:
             raise
 
 
-class SimLocal(snapshot_mod.Local):
-    """snapshot.Local judged by the simulated monotonic clock."""
+class ToolProber:
+    """The tool's drain endpoint: idle unless the server says the tool is busy."""
 
-    clock: Clock
+    def __init__(self, server: Server) -> None:
+        self.server = server
 
-    def lease_unchanged_seconds(self, lease: dict[str, Any] | None) -> float:
-        rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
-        now = self.clock.monotonic()
-        if rv != self.lease_seen_rv:
-            self.lease_seen_rv, self.lease_seen_at = rv, now
-        return now - self.lease_seen_at
+    async def probe(self, *, pod: dict[str, Any], probe: Any) -> drainprobe.Result:
+        idle = not self.server.tool_busy
+        return drainprobe.Result(idle=idle, error=None if idle else "HTTP 503")
 
 
 LOOP = asyncio.new_event_loop()
@@ -723,12 +723,13 @@ KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Serv
 
 class Replica:
     """One operator process: its views (fed from the server's watch log, possibly lagging), its
-    executor (real) and its per-runtime local state. One `step` = one pass of runner._turn."""
+    pass (real: baton.reconcile, its executor and its memory). One `step` = one pass; `decide`
+    and `execute` are the pass's two halves, so a replica can freeze between them."""
 
     def __init__(self, identity: str, server: Server, clock: Clock) -> None:
         self.identity, self.server, self.clock = identity, server, clock
         server.senders[identity] = self
-        self.paused_plan: tuple[snapshot_mod.Snapshot, p.Plan] | None = None
+        self.paused_plan: tuple[snapshot.Snapshot, p.Plan] | None = None
         self.pause_before_fenced = False  # freeze at the next plan that changes pods
         self.restart()
 
@@ -745,8 +746,9 @@ class Replica:
         self.woken = False
         self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views,
                                          clock=self.clock, faults=faults_mod.Faults())
-        self.local = SimLocal(identity=self.identity, lease_duration_seconds=LEASE_SECONDS, backoff_base_seconds=5.0)
-        self.local.clock = self.clock
+        self.reconciler = reconcile.Reconciler(
+            identity=self.identity, lease_seconds=LEASE_SECONDS, backoff_base_seconds=5.0, views=self.views,
+            executor=self.executor, prober=ToolProber(self.server), clock=self.clock, configs=triggers.ConfigIndex())
         self.cursor = 0
         self.lagging = False
         # One watch stream behind the others (each kind is its own stream in a cluster): its
@@ -813,48 +815,25 @@ class Replica:
             if self.clock.monotonic() - held.renewed >= max(0.5, held.duration / 3):
                 self._run(self.executor.leases.renew_once((NS, RT), lambda: None))
 
-    def decide(self) -> tuple[snapshot_mod.Snapshot, p.Plan] | None:
+    def decide(self) -> tuple[snapshot.Snapshot, p.Plan] | None:
+        """The first half of a pass (None: the runtime is gone, its Lease abandoned)."""
         if not self.lagging:
             self.catch_up()
-        key = (NS, RT)
-        local = self.local
-        local.lease_held_here = self.executor.leases.holds(key)
-        snap = self._run(snapshot_mod.read_snapshot(self.views, NS, RT, local))
-        if snap is None:
-            # As runner._turn: a Lease still held for a runtime that is gone is deleted, then
-            # everything about it forgotten.
-            self._run(self.executor.leases.abandon(key))
-            return None
-        o = snap.observed
-        t = o.status.transition
-        if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid \
-                and self.executor.leases.holds(key):
-            if any(pd["metadata"]["uid"] == t.from_uid for pd in snap.pods):
-                idle = not self.server.tool_busy
-                snap.observed = o = o.model_copy(update={"drain_idle": idle,
-                                                         "drain_probe_error": None if idle else "HTTP 503"})
-        plan = decide(o, self.clock.wall())
-        if plan.lease_wait or plan.find(p.AcquireLease):
-            if local.lock_wait_since is None:
-                local.lock_wait_since = self.clock.wall()
-        elif not self.executor.leases.holds(key):
-            local.lock_wait_since = None
-        return snap, plan
+        planned: tuple[snapshot.Snapshot, p.Plan] | None = self._run(
+            self.reconciler.decide((NS, RT), shutting_down=False))
+        return planned
 
-    def execute(self, snap: snapshot_mod.Snapshot, plan: p.Plan) -> bool:
+    def execute(self, snap: snapshot.Snapshot, plan: p.Plan) -> bool:
+        """The second half of a pass."""
         for a in plan.actions:
             if isinstance(a, p.ForceDeletePod) and self.executor.leases.holds((NS, RT)):
                 self.server.force_deleted.add(a.uid)
         self.woken = False
-        outcome: execute.Outcome = self._run(self.executor.execute(snap, plan, self.wake))
-        runner._fold(self.local, outcome)
-        if outcome.again_now:
-            self.wake()
-        ok = outcome.ok
+        result: reconcile.Result = self._run(self.reconciler.act(snap, plan, wake=self.wake))
         # Woken (a write refused for a stale resourceVersion, the runtime read again): decide
-        # again at once, as runner's queue would.
-        self.last_wait = (0.0 if self.woken else plan.wait_seconds) if ok else 1.0
-        return ok
+        # again at once, as the controller's queue would.
+        self.last_wait = 1.0 if result.failed else (0.0 if self.woken else result.wait)
+        return not result.failed
 
     def wake(self) -> None:
         self.woken = True

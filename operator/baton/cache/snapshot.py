@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import time
 from typing import Any
 
 import pydantic
 
-from baton.cache import views as vw
+from baton import clock as clock_mod
+from baton.cache import views as views_mod
 from baton.k8s import client, configrefs, pods, services
 from baton.lifecycle import manifests as mf
 from baton.model import claims as claims_model
@@ -26,8 +26,28 @@ from baton.model import status as st
 
 
 @dataclasses.dataclass
-class Local:
-    """What this process knows about a runtime that is not in the API."""
+class SnapshotMemo:
+    """What building a runtime's snapshots remembers from one pass to the next."""
+
+    # The Lease version this process saw last, and when (its own monotonic clock): a foreign
+    # Lease is expired only once it has stayed unchanged for its duration here.
+    lease_seen_rv: str | None = None
+    lease_seen_at: float = 0.0
+    # The runtime object last parsed (by resourceVersion): parsing once per version.
+    parsed_rv: str | None = None
+    parsed: tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None] | None = None
+    reads: int = 0  # fresh GETs made for this runtime (a measure of what the view saves)
+
+    def lease_unchanged_seconds(self, lease: dict[str, Any] | None, now: float) -> float:
+        rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if rv != self.lease_seen_rv:
+            self.lease_seen_rv, self.lease_seen_at = rv, now
+        return now - self.lease_seen_at
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What this process knows about a runtime that is not in the API, as one pass reads it."""
 
     identity: str
     lease_duration_seconds: int
@@ -40,21 +60,6 @@ class Local:
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
     shutting_down: bool = False
-    # The Lease version this process saw last, and when (its own monotonic clock): a foreign
-    # Lease is expired only once it has stayed unchanged for its duration here.
-    lease_seen_rv: str | None = None
-    lease_seen_at: float = 0.0
-    # The runtime object last parsed (by resourceVersion): parsing once per version.
-    parsed_rv: str | None = None
-    parsed: tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None] | None = None
-    reads: int = 0  # fresh GETs made for this runtime (a measure of what the view saves)
-
-    def lease_unchanged_seconds(self, lease: dict[str, Any] | None) -> float:
-        rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
-        now = time.monotonic()
-        if rv != self.lease_seen_rv:
-            self.lease_seen_rv, self.lease_seen_at = rv, now
-        return now - self.lease_seen_at
 
 
 @dataclasses.dataclass
@@ -139,10 +144,10 @@ def _error_text(exc: pydantic.ValidationError) -> str:
     return f"spec.{where}: {first.get('msg', 'invalid')}{more}"
 
 
-def _parse(rt: dict[str, Any], local: Local) -> tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None]:
+def _parse(rt: dict[str, Any], memo: SnapshotMemo) -> tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None]:
     rv = str((rt.get("metadata") or {}).get("resourceVersion") or "")
-    if local.parsed is not None and local.parsed_rv == rv:
-        return local.parsed
+    if memo.parsed is not None and memo.parsed_rv == rv:
+        return memo.parsed
     spec_error: str | None = None
     try:
         spec = spec_model.ToolRuntimeSpec.model_validate(rt.get("spec") or {})
@@ -155,12 +160,12 @@ def _parse(rt: dict[str, Any], local: Local) -> tuple[spec_model.ToolRuntimeSpec
         # e.g. `volumes: "x"`: the CRD preserves unknown PodSpec fields without checking them.
         spec_error = f"spec.template cannot be read: {type(exc).__name__}: {exc}"
     status = st.ToolRuntimeStatus.model_validate(rt.get("status") or {})
-    local.parsed_rv, local.parsed = rv, (spec, status, spec_error)
-    return local.parsed
+    memo.parsed_rv, memo.parsed = rv, (spec, status, spec_error)
+    return memo.parsed
 
 
-async def _pods(views: vw.Views, namespace: str, name: str, status: st.ToolRuntimeStatus,
-                local: Local) -> list[dict[str, Any]]:
+async def _pods(views: views_mod.Views, namespace: str, name: str, status: st.ToolRuntimeStatus, *,
+                memo: SnapshotMemo, name_taken: bool) -> list[dict[str, Any]]:
     found = {pd["metadata"]["uid"]: pd for pd in views.pods.by_label(namespace, name)}
     named = views.pods.get(namespace, mf.pod_name(name))
     if named is not None:
@@ -173,10 +178,10 @@ async def _pods(views: vw.Views, namespace: str, name: str, status: st.ToolRunti
         names.add(mf.pod_name(name))
     if status.current is not None and status.current.uid not in found:
         names.add(status.current.pod)
-    if local.name_taken:
+    if name_taken:
         names.add(mf.pod_name(name))
     for pod_name in sorted(names):
-        local.reads += 1
+        memo.reads += 1
         pod = await pods.read_pod(namespace, pod_name)
         # The GET is fresher than the view: drop what the view says under that name.
         found = {u: pd for u, pd in found.items() if pd["metadata"]["name"] != pod_name}
@@ -185,19 +190,21 @@ async def _pods(views: vw.Views, namespace: str, name: str, status: st.ToolRunti
     return sorted(found.values(), key=lambda pd: (pd["metadata"].get("creationTimestamp") or "", pd["metadata"]["name"]))
 
 
-async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local) -> Snapshot | None:
+async def read_snapshot(
+    views: views_mod.Views, namespace: str, name: str, *, memo: SnapshotMemo, facts: Facts, clock: clock_mod.Clock,
+) -> Snapshot | None:
     """None when the runtime no longer exists."""
     rt = views.runtimes.get(namespace, name)
     if rt is None:
         return None
     meta = rt.get("metadata") or {}
-    spec, status, spec_error = _parse(rt, local)
+    spec, status, spec_error = _parse(rt, memo)
     uid = meta["uid"]
-    raw_pods = await _pods(views, namespace, name, status, local)
+    raw_pods = await _pods(views, namespace, name, status, memo=memo, name_taken=facts.name_taken)
     lease = views.leases.get(namespace, mf.lease_name(name))
     svc = views.services.get(namespace, name)
-    if svc is None and local.service_taken:
-        local.reads += 1
+    if svc is None and facts.service_taken:
+        memo.reads += 1
         svc = await services.read_service(namespace, name)
     refs = mf.config_refs(spec.template) if spec_error is None else []
     digest, missing, unreadable, config_parts = (
@@ -220,22 +227,22 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         desired_hash=mf.template_hash(spec.template, digest),
         desired_parts=(("template", mf.template_hash(spec.template)), *config_parts),
         pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
-        lease=lease_info(lease, local.lease_duration_seconds, local.lease_unchanged_seconds(lease)),
+        lease=lease_info(lease, facts.lease_duration_seconds, memo.lease_unchanged_seconds(lease, clock.monotonic())),
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,
         claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
         claims_known=views.claims_known(namespace),
         missing_config_refs=tuple(missing),
         unreadable_config_refs=tuple(unreadable),
-        identity=local.identity,
-        lease_duration_seconds=local.lease_duration_seconds,
-        lease_held_here=local.lease_held_here,
-        lock_wait_since=local.lock_wait_since,
-        idle_checked_at=local.idle_checked_at,
-        last_error=local.last_error,
-        pod_rejected=local.pod_rejected,
+        identity=facts.identity,
+        lease_duration_seconds=facts.lease_duration_seconds,
+        lease_held_here=facts.lease_held_here,
+        lock_wait_since=facts.lock_wait_since,
+        idle_checked_at=facts.idle_checked_at,
+        last_error=facts.last_error,
+        pod_rejected=facts.pod_rejected,
         spec_error=spec_error,
-        shutting_down=local.shutting_down,
-        backoff_base_seconds=local.backoff_base_seconds,
+        shutting_down=facts.shutting_down,
+        backoff_base_seconds=facts.backoff_base_seconds,
     )
     return Snapshot(observed=observed, runtime=rt, pods=raw_pods, lease=lease)
