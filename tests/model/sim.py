@@ -194,7 +194,8 @@ class Server:
     def store(self, kind: str, obj: dict[str, Any], type_: str = "MODIFIED") -> dict[str, Any]:
         if kind == "Lease":
             # Across the Lease's lives too: one created again after a deletion (with the runtime
-            # being finalized, or by a person) must not reuse a lower token (tests/chaos seed 3051).
+            # being finalized, or by a person) must not reuse a lower token
+            # (test_a_lease_created_again_never_reuses_a_lower_token).
             token = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
             if token < self.max_lease_token:
                 self.violation(f"{self.sender}: Lease {obj['metadata']['name']} written with fencing token {token}, "
@@ -607,8 +608,8 @@ class Server:
         refuse a second pod of the name anyway: this is about the decision): every earlier
         generation's pod the runtime knew of is gone by UID, or force-recovered; a generation
         number is never sent again once a later one was. A pod a late create made counts once
-        the sender's view shows it (seed 700018: it landed 50 s after its generation had been
-        retired, and the next create, sent on a view behind, was refused by name)."""
+        the sender's view shows it: until then the next create, sent on a view behind, is
+        refused by name (test_a_create_landing_after_its_number_was_given_up_is_refused_by_name_then_retired)."""
         sender = self.senders.get(replica)
         for uid, g in self.all_pod_uids.items():
             if uid in self.late_pod_uids and (sender is None or not any(

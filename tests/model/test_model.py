@@ -1,5 +1,5 @@
-"""Issue 13, part 1: a stateful model check of the real decide/snapshot/executor code against a
-simulated API server (tests/model/sim.py), with 3 replicas, crashes, pauses, lagging watches,
+"""Issue 13, part 1: a stateful model check of the real pass (baton.reconcile: snapshot, probes,
+decide, executor) against a simulated API server (tests/model/sim.py), with 3 replicas, crashes, pauses, lagging watches,
 late requests and foreign actors. See docs/architecture.md, "Model check".
 
 CI runs a fixed, derandomized, short budget; `make model-check N=...` a long random one:
@@ -27,7 +27,7 @@ from baton.model import status as st
 
 from . import sim
 
-pytestmark = [pytest.mark.unit, pytest.mark.model]
+pytestmark = [pytest.mark.model]
 
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "60"))
 STEPS = int(os.environ.get("MODEL_STEPS", "40"))
