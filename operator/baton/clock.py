@@ -19,3 +19,19 @@ class Clock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+
+class Manual(Clock):
+    """Both clocks stand still until `t` (seconds since `start`) is moved: simulated time, for
+    the model check and unit tests."""
+
+    def __init__(self, start: datetime.datetime) -> None:
+        super().__init__()
+        self.start = start
+        self.t = 0.0
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def wall(self) -> datetime.datetime:
+        return self.start + datetime.timedelta(seconds=self.t)

@@ -9,7 +9,6 @@ and is folded into this pass's own Memory, read by the next pass's snapshot.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 from typing import Callable
 
@@ -26,16 +25,11 @@ Key = tuple[str, str]
 
 
 @dataclasses.dataclass
-class Memory:
-    """What this process knows about a runtime that is not in the API, from pass to pass."""
+class Memory(snapshot.Learnt):
+    """What this process knows about a runtime that is not in the API, from pass to pass: what it
+    learnt by acting (written here only), and the snapshot's parse-once memo."""
 
     snapshot: snapshot.SnapshotMemo = dataclasses.field(default_factory=snapshot.SnapshotMemo)
-    lock_wait_since: datetime.datetime | None = None
-    idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
-    last_error: str | None = None
-    pod_rejected: str | None = None  # the API server's refusal of our last pod create
-    name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
-    service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
 
     def fold(self, outcome: execute.Outcome) -> None:
         """What the run of a plan learnt (this memory's one writer besides the pass itself)."""
@@ -102,11 +96,10 @@ class Reconciler:
         facts = snapshot.Facts(
             identity=self.identity, lease_duration_seconds=self.lease_seconds,
             backoff_base_seconds=self.backoff_base_seconds, lease_held_here=leases.holds(key),
-            lock_wait_since=memory.lock_wait_since, idle_checked_at=memory.idle_checked_at,
-            last_error=memory.last_error, pod_rejected=memory.pod_rejected, name_taken=memory.name_taken,
-            service_taken=memory.service_taken, shutting_down=shutting_down,
+            shutting_down=shutting_down,
         )
-        snap = await snapshot.read_snapshot(self.views, ns, name, memo=memory.snapshot, facts=facts, clock=self.clock)
+        snap = await snapshot.read_snapshot(self.views, ns, name, memo=memory.snapshot, learnt=memory, facts=facts,
+                                            clock=self.clock)
         if snap is None:
             await leases.abandon(key)
             self.forget(key)

@@ -76,18 +76,11 @@ STEP_BUDGET = {
 }
 
 
-class Clock(clock_mod.Clock):
-    """Simulated time: both clocks advance only when the model says so."""
+class Clock(clock_mod.Manual):
+    """Simulated time from T0: both clocks advance only when the model says so."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.t = 0.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def wall(self) -> datetime.datetime:
-        return T0 + datetime.timedelta(seconds=self.t)
+        super().__init__(T0)
 
 
 def _ts(clock: Clock) -> str:

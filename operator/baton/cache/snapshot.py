@@ -45,20 +45,27 @@ class SnapshotMemo:
         return now - self.lease_seen_at
 
 
-@dataclasses.dataclass(frozen=True)
-class Facts:
-    """What this process knows about a runtime that is not in the API, as one pass reads it."""
+@dataclasses.dataclass
+class Learnt:
+    """What this process learnt about a runtime by acting on it, which the API does not show
+    (baton.reconcile.Memory keeps it from pass to pass; the snapshot only reads it)."""
 
-    identity: str
-    lease_duration_seconds: int
-    backoff_base_seconds: float
-    lease_held_here: bool = False
     lock_wait_since: datetime.datetime | None = None
     idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
     last_error: str | None = None
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What this process is, as one pass reads it: not in the API either."""
+
+    identity: str
+    lease_duration_seconds: int
+    backoff_base_seconds: float
+    lease_held_here: bool = False
     shutting_down: bool = False
 
 
@@ -191,7 +198,8 @@ async def _pods(views: views_mod.Views, namespace: str, name: str, status: st.To
 
 
 async def read_snapshot(
-    views: views_mod.Views, namespace: str, name: str, *, memo: SnapshotMemo, facts: Facts, clock: clock_mod.Clock,
+    views: views_mod.Views, namespace: str, name: str, *, memo: SnapshotMemo, learnt: Learnt, facts: Facts,
+    clock: clock_mod.Clock,
 ) -> Snapshot | None:
     """None when the runtime no longer exists."""
     rt = views.runtimes.get(namespace, name)
@@ -200,10 +208,10 @@ async def read_snapshot(
     meta = rt.get("metadata") or {}
     spec, status, spec_error = _parse(rt, memo)
     uid = meta["uid"]
-    raw_pods = await _pods(views, namespace, name, status, memo=memo, name_taken=facts.name_taken)
+    raw_pods = await _pods(views, namespace, name, status, memo=memo, name_taken=learnt.name_taken)
     lease = views.leases.get(namespace, mf.lease_name(name))
     svc = views.services.get(namespace, name)
-    if svc is None and facts.service_taken:
+    if svc is None and learnt.service_taken:
         memo.reads += 1
         svc = await services.read_service(namespace, name)
     refs = mf.config_refs(spec.template) if spec_error is None else []
@@ -237,10 +245,10 @@ async def read_snapshot(
         identity=facts.identity,
         lease_duration_seconds=facts.lease_duration_seconds,
         lease_held_here=facts.lease_held_here,
-        lock_wait_since=facts.lock_wait_since,
-        idle_checked_at=facts.idle_checked_at,
-        last_error=facts.last_error,
-        pod_rejected=facts.pod_rejected,
+        lock_wait_since=learnt.lock_wait_since,
+        idle_checked_at=learnt.idle_checked_at,
+        last_error=learnt.last_error,
+        pod_rejected=learnt.pod_rejected,
         spec_error=spec_error,
         shutting_down=facts.shutting_down,
         backoff_base_seconds=facts.backoff_base_seconds,

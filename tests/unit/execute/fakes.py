@@ -1,8 +1,6 @@
 """Shared pieces of the execute tests: a clock the test moves, the views, and a pass's snapshot."""
 from __future__ import annotations
 
-import datetime
-
 from baton import clock
 from baton.cache import snapshot, views
 from baton.lifecycle import manifests
@@ -10,18 +8,9 @@ from baton.lifecycle import manifests
 from .. import builders
 
 
-class FakeClock(clock.Clock):
-    """Both clocks stand still until the test moves them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.t = 0.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def wall(self) -> datetime.datetime:
-        return builders.NOW + datetime.timedelta(seconds=self.t)
+def new_clock() -> clock.Manual:
+    """Both clocks stand still at builders.NOW until the test moves them."""
+    return clock.Manual(builders.NOW)
 
 
 def new_views() -> views.Views:

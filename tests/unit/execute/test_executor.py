@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from baton import faults
+from baton import clock, faults
 from baton.execute import executor, leasekeeper, outcomes
 from baton.k8s import api, claims, pods, runtimes
 from baton.lifecycle import plan
@@ -20,8 +20,8 @@ KEY = (builders.NS, builders.RT)
 POD = {"metadata": {"name": builders.RT, "namespace": builders.NS}}
 
 
-def _executor(clock: fakes.FakeClock) -> executor.Executor:
-    return executor.Executor(identity=builders.ME, lease_seconds=15, views=fakes.new_views(), clock=clock,
+def _executor(manual: clock.Manual) -> executor.Executor:
+    return executor.Executor(identity=builders.ME, lease_seconds=15, views=fakes.new_views(), clock=manual,
                              faults=faults.Faults())
 
 
@@ -55,13 +55,13 @@ def _create_fails(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
 
 
 def test_a_plan_that_runs_through_clears_the_last_error_and_the_pod_rejection() -> None:
-    outcome, woken = _run(_executor(fakes.FakeClock()), plan.Record(plan.Metric.POD_REJECTIONS))
+    outcome, woken = _run(_executor(fakes.new_clock()), plan.Record(plan.Metric.POD_REJECTIONS))
     assert (outcome.ok, outcome.again_now, outcome.ran_through, outcome.last_error) == (True, False, True, None)
     assert not woken
 
 
 def test_an_empty_plan_learns_nothing() -> None:
-    outcome, _ = _run(_executor(fakes.FakeClock()))
+    outcome, _ = _run(_executor(fakes.new_clock()))
     assert outcome == outcomes.Outcome()
 
 
@@ -81,7 +81,7 @@ def test_a_pod_create_refused_comes_back_as_the_outcome(
         sent: list[str], monkeypatch: pytest.MonkeyPatch, error: Exception, ok: bool, last_error: str | None,
         pod_rejected: str | None, name_taken: bool | None) -> None:
     _create_fails(monkeypatch, error)
-    ex = _executor(fakes.FakeClock())
+    ex = _executor(fakes.new_clock())
     _hold(ex)
     outcome, _ = _run(ex, plan.CreatePod(POD), plan.AddFinalizer())
     assert (outcome.ok, outcome.last_error, outcome.pod_rejected, outcome.name_taken) == (
@@ -93,10 +93,10 @@ def test_a_pod_create_refused_comes_back_as_the_outcome(
 def test_a_pod_change_without_a_fresh_lease_is_refused_before_anything_is_sent(
         sent: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     _create_fails(monkeypatch, AssertionError("never sent"))
-    clock = fakes.FakeClock()
-    ex = _executor(clock)
+    manual = fakes.new_clock()
+    ex = _executor(manual)
     _hold(ex)
-    clock.t = 13.0  # past duration - margin (15 - 3)
+    manual.t = 13.0  # past duration - margin (15 - 3)
     outcome, _ = _run(ex, plan.AddFinalizer(), plan.CreatePod(POD), plan.AddFinalizer())
     assert (outcome.ok, outcome.last_error, outcome.ran_through) == (False, None, False)
     assert len(sent) == 1  # the action before it ran; none after it
@@ -108,7 +108,7 @@ def test_a_write_superseded_asks_to_decide_again_at_once_without_an_error(
         return {"metadata": {"name": name, "uid": "pod-uid-9",
                              "ownerReferences": [{"uid": builders.RT_UID, "controller": True}]}}
     monkeypatch.setattr(pods, "read_pod", read_pod)
-    outcome, woken = _run(_executor(fakes.FakeClock()), plan.ConfirmNoPod(builders.RT), plan.AddFinalizer())
+    outcome, woken = _run(_executor(fakes.new_clock()), plan.ConfirmNoPod(builders.RT), plan.AddFinalizer())
     assert (outcome.ok, outcome.again_now, outcome.ran_through) == (True, True, False)
     assert (outcome.name_taken, outcome.reads, outcome.last_error) == (True, 1, None)
     assert not sent and not woken  # the pass wakes the runtime, not the executor
@@ -119,5 +119,5 @@ def test_claim_phases_not_written_never_fail_the_plan(monkeypatch: pytest.Monkey
         raise ConnectionError("reset")
     monkeypatch.setattr(claims, "patch_claim_status", patch_claim_status)
     phases = [plan.SetClaimPhase(f"c{i}", f"uid-{i}", "Bound", "") for i in range(3)]
-    outcome, _ = _run(_executor(fakes.FakeClock()), *phases, plan.AddFinalizer())
+    outcome, _ = _run(_executor(fakes.new_clock()), *phases, plan.AddFinalizer())
     assert outcome.ok and outcome.ran_through and sent

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from baton import clock
 from baton.execute import leasekeeper, outcomes
 from baton.k8s import leases, runtimes
 from baton.lifecycle import plan
@@ -57,9 +58,9 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeLeases:
     return FakeLeases(monkeypatch)
 
 
-def _keeper(clock: fakes.FakeClock, lease_seconds: int = 15) -> leasekeeper.LeaseKeeper:
+def _keeper(manual: clock.Manual, lease_seconds: int = 15) -> leasekeeper.LeaseKeeper:
     return leasekeeper.LeaseKeeper(identity=builders.ME, lease_seconds=lease_seconds, views=fakes.new_views(),
-                                   clock=clock)
+                                   clock=manual)
 
 
 def _hold(keeper: leasekeeper.LeaseKeeper, *, token: int = 3, renewed: float = 0.0) -> leasekeeper.HeldLease:
@@ -77,30 +78,30 @@ def test_the_safety_margin_is_a_fifth_of_the_duration_and_at_least_two_seconds(d
 @pytest.mark.parametrize(("since_renew_sent", "fresh"), [(0.0, True), (11.9, True), (12.0, False), (30.0, False)])
 def test_a_held_lease_is_fresh_until_a_margin_before_its_duration_by_the_monotonic_clock(
         since_renew_sent: float, fresh: bool) -> None:
-    clock = fakes.FakeClock()
-    keeper = _keeper(clock)
+    manual = fakes.new_clock()
+    keeper = _keeper(manual)
     _hold(keeper)
-    clock.t = since_renew_sent
+    manual.t = since_renew_sent
     assert keeper.holds(KEY) is fresh
     assert KEY in keeper.held  # stale is not dropped: only a renewal that fails drops it
 
 
 def test_a_renewal_counts_from_when_it_was_sent_and_lands_in_the_view(fake: FakeLeases) -> None:
-    clock = fakes.FakeClock()
-    keeper = _keeper(clock)
+    manual = fakes.new_clock()
+    keeper = _keeper(manual)
     held = _hold(keeper)
-    clock.t = 5.0
+    manual.t = 5.0
     woken: list[bool] = []
     assert asyncio.run(keeper.renew_once(KEY, lambda: woken.append(True)))
     assert held.renewed == 5.0 and not woken
     assert [name for name, _ in fake.calls] == ["renew"]
-    assert fake.calls[0][1]["token"] == 3 and fake.calls[0][1]["now"] == clock.wall()
+    assert fake.calls[0][1]["token"] == 3 and fake.calls[0][1]["now"] == manual.wall()
     view = keeper.views.leases.items()
     assert [obj["metadata"]["resourceVersion"] for obj in view] == ["22"]
 
 
 def test_a_lost_lease_is_dropped_and_its_runtime_woken(fake: FakeLeases) -> None:
-    keeper = _keeper(fakes.FakeClock())
+    keeper = _keeper(fakes.new_clock())
     _hold(keeper)
     fake.renew_error = leases.LeaseLost("held by baton-b")
     woken: list[bool] = []
@@ -109,17 +110,17 @@ def test_a_lost_lease_is_dropped_and_its_runtime_woken(fake: FakeLeases) -> None
 
 
 def test_a_renewal_that_fails_for_another_reason_keeps_the_lease_for_the_next_tick(fake: FakeLeases) -> None:
-    clock = fakes.FakeClock()
-    keeper = _keeper(clock)
+    manual = fakes.new_clock()
+    keeper = _keeper(manual)
     held = _hold(keeper)
-    clock.t = 5.0
+    manual.t = 5.0
     fake.renew_error = ConnectionError("reset")
     assert asyncio.run(keeper.renew_once(KEY, lambda: None))
     assert keeper.held[KEY] is held and held.renewed == 0.0
 
 
 def test_release_all_hands_back_every_held_lease_from_its_last_copy_even_when_one_fails(fake: FakeLeases) -> None:
-    keeper = _keeper(fakes.FakeClock())
+    keeper = _keeper(fakes.new_clock())
     _hold(keeper, token=3)
     other = (builders.NS, "other")
     keeper.held[other] = leasekeeper.HeldLease(token=7, duration=15, renewed=0.0, last=None)
@@ -133,7 +134,7 @@ def test_release_all_hands_back_every_held_lease_from_its_last_copy_even_when_on
 
 
 def test_abandon_deletes_exactly_the_lease_held_by_its_uid(fake: FakeLeases) -> None:
-    keeper = _keeper(fakes.FakeClock())
+    keeper = _keeper(fakes.new_clock())
     _hold(keeper)
     asyncio.run(keeper.abandon(KEY))
     assert KEY not in keeper.held
@@ -154,7 +155,7 @@ def test_a_lease_created_again_is_refused_unless_its_token_is_above_the_stored_o
     async def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
         return stored
     monkeypatch.setattr(runtimes, "read_runtime", read_runtime)
-    keeper = _keeper(fakes.FakeClock())
+    keeper = _keeper(fakes.new_clock())
     with pytest.raises(raised):
         asyncio.run(keeper.acquire(snap=fakes.snap(lease=None), action=plan.AcquireLease(token=4), key=KEY,
                                    wake=lambda: None))
@@ -166,9 +167,9 @@ def test_a_lease_acquired_is_held_fresh_with_a_renewer_and_lands_in_the_view(
     async def read_runtime(namespace: str, name: str) -> dict[str, Any] | None:
         return fakes.stored_runtime(uid=builders.RT_UID, token=3)
     monkeypatch.setattr(runtimes, "read_runtime", read_runtime)
-    clock = fakes.FakeClock()
-    clock.t = 2.0
-    keeper = _keeper(clock)
+    manual = fakes.new_clock()
+    manual.t = 2.0
+    keeper = _keeper(manual)
 
     async def acquire() -> leasekeeper.HeldLease:
         await keeper.acquire(snap=fakes.snap(lease=None), action=plan.AcquireLease(token=4), key=KEY, wake=lambda: None)
@@ -186,7 +187,7 @@ def test_a_lease_acquired_is_held_fresh_with_a_renewer_and_lands_in_the_view(
 
 
 def test_a_lease_taken_by_another_meanwhile_aborts_the_plan(fake: FakeLeases) -> None:
-    keeper = _keeper(fakes.FakeClock())
+    keeper = _keeper(fakes.new_clock())
     fake.acquire_error = leases.LeaseLost("held by baton-b")
     observed = fakes.lease_object(holder="baton-b", token=3)
     with pytest.raises(outcomes.Aborted):
