@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from baton.cache import informer as inf
-from baton.cache import store as st
+from baton.cache import informer as informer_mod
+from baton.cache import store as store_mod
 from baton.k8s import api as k8s_api
 from baton.k8s import configrefs, runtimes
 
@@ -51,26 +51,26 @@ def _digest_only(obj: dict[str, Any]) -> dict[str, Any]:
 class Views:
     def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool) -> None:
         self.namespaces = namespaces
-        self.runtimes = st.Store(index_label=None)
+        self.runtimes = store_mod.Store(index_label=None)
         # ToolRuntimeClaims carry the user's labels, not ours: all of them, indexed by runtimeRef.
-        self.claims = st.Store(index_label=None, index_by=claim_runtime)
-        self.pods = st.Store(selected_by=st.RUNTIME_LABEL)
-        self.leases = st.Store(selected_by=st.RUNTIME_LABEL)
-        self.services = st.Store(selected_by=st.RUNTIME_LABEL)
-        self.slices = st.Store(index_label=SERVICE_NAME_LABEL, selected_by=st.RUNTIME_LABEL)
-        self.configmaps = st.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
-        self.secrets = st.Store(index_label=None, transform=_digest_only) if watch_secrets else None
-        self.informers: list[inf.Informer] = []
+        self.claims = store_mod.Store(index_label=None, index_by=claim_runtime)
+        self.pods = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
+        self.leases = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
+        self.services = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
+        self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=store_mod.RUNTIME_LABEL)
+        self.configmaps = store_mod.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
+        self.secrets = store_mod.Store(index_label=None, transform=_digest_only) if watch_secrets else None
+        self.informers: list[informer_mod.Informer] = []
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _kinds(self) -> list[tuple[str, str, str, st.Store, str | None]]:
-        kinds: list[tuple[str, str, str, st.Store, str | None]] = [
+    def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None]]:
+        kinds: list[tuple[str, str, str, store_mod.Store, str | None]] = [
             ("ToolRuntime", "baton.dev/v1alpha1", "toolruntimes", self.runtimes, None),
             ("ToolRuntimeClaim", "baton.dev/v1alpha1", "toolruntimeclaims", self.claims, None),
-            ("Pod", "v1", "pods", self.pods, st.RUNTIME_LABEL),
-            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, st.RUNTIME_LABEL),
-            ("Service", "v1", "services", self.services, st.RUNTIME_LABEL),
-            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, st.RUNTIME_LABEL),
+            ("Pod", "v1", "pods", self.pods, store_mod.RUNTIME_LABEL),
+            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, store_mod.RUNTIME_LABEL),
+            ("Service", "v1", "services", self.services, store_mod.RUNTIME_LABEL),
+            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, store_mod.RUNTIME_LABEL),
         ]
         if self.configmaps is not None:
             kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None))
@@ -82,7 +82,7 @@ class Views:
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         for kind, gv, plural, store, selector in self._kinds():
             for ns in scopes:
-                informer = inf.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
+                informer = informer_mod.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
                                         store=store, label_selector=selector)
                 self.informers.append(informer)
                 self._tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'}"))
