@@ -310,7 +310,7 @@ class BatonModel(RuleBasedStateMachine):
 
     def run_for(self, seconds: int, *, budgets: dict[tuple[str, str], float] | None = None,
                 person: bool = False, until: Callable[[], bool] | None = None) -> None:
-        """Every live replica acts whenever its plan asks (as runner's queue would), for
+        """Every live replica acts whenever its plan asks (as the controller's queue would), for
         `seconds` of simulated time; with `budgets`, each transition step is timed."""
         wake = {r.identity: self.clock.t for r in self.replicas}
         for _ in range(seconds):
