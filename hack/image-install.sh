@@ -21,5 +21,5 @@ python3 -m venv "$venv"
 "$venv/bin/pip" check
 # The package must import from the venv alone, and the entrypoint must answer.
 cd /
-"$venv/bin/python" -c "import baton, baton.handlers, kopf, kubernetes, prometheus_client"
+"$venv/bin/python" -c "import baton, baton.activities, kopf, kubernetes, prometheus_client"
 "$venv/bin/python" -m baton --help >/dev/null

@@ -47,9 +47,9 @@ MUTATIONS = [
     ),
     Mutation(
         "skip-fencing-check", "the executor acts on pods without a fresh Lease",
-        "operator/baton/execute.py",
-        (("        if isinstance(action, p.FENCED) and not self.holds(key):",
-          "        if False and isinstance(action, p.FENCED) and not self.holds(key):"),),
+        "operator/baton/execute/executor.py",
+        (("        if isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key):",
+          "        if False and isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key):"),),
     ),
     Mutation(
         "release-before-persist", "a step's plan hands the Lease back before its status write",
@@ -125,7 +125,7 @@ MUTATIONS = [
     ),
     Mutation(
         "lease-token-from-view", "a Lease created (again) takes the view's status token + 1, unchecked",
-        "operator/baton/execute.py",
+        "operator/baton/execute/leasekeeper.py",
         (("        if snap.lease is None:\n            await self._check_token_for_new_lease(snap, action, key)\n",
           "        if False:\n            await self._check_token_for_new_lease(snap, action, key)\n"),),
     ),
@@ -137,8 +137,8 @@ MUTATIONS = [
     ),
     Mutation(
         "keep-gone-pod-in-view", "a stop-admission patch answered 'UID gone' leaves the pod in a view that is behind",
-        "operator/baton/execute.py",
-        (("            if patched is None:\n", "            if False:\n"),),
+        "operator/baton/execute/actions.py",
+        (("    if patched is None:\n", "    if False:\n"),),
     ),
     Mutation(
         "lost-pod-ignores-name", "a Connecting transition whose pod is lost ignores another pod holding the name",
@@ -154,9 +154,9 @@ MUTATIONS = [
     ),
     Mutation(
         "pins-not-rechecked-at-send", "a stop of admission is sent on the pins judged when it was decided",
-        "operator/baton/execute.py",
-        (("            if not action.serving and action.pins_of is not None:\n",
-          "            if False and not action.serving and action.pins_of is not None:\n"),),
+        "operator/baton/execute/actions.py",
+        (("    if not action.serving and action.pins_of is not None:\n",
+          "    if False and not action.serving and action.pins_of is not None:\n"),),
     ),
 ]
 

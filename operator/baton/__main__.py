@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, cast
 import kopf
 
 import baton
-from baton import handlers, logs, settings as settings_mod
+from baton import faults as faults_mod
+from baton import activities, logs
+from baton import settings as settings_mod
 from baton.k8s import client
 
 if TYPE_CHECKING:
@@ -28,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_mod.Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     logs.configure(settings.log_level)
     client.load_config()
-    handlers.install(settings)
+    # Read once: the fault injection (tests only) and the clock it shifts, passed down from here.
+    faults = faults_mod.Faults.from_env()
+    activities.install(settings, clock=faults.clock(), faults=faults)
     kopf.run(
         standalone=True,
         clusterwide=not settings.namespaces,

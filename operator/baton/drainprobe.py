@@ -8,7 +8,7 @@ The rules (DESIGN.md, "Pods and Service"), each because a tool may misbehave:
 - it reads at most MAX_RESPONSE_BYTES (the status line is all it needs);
 - any error counts as "not idle" and is returned as text for the transition's message;
 - it runs on the event loop (no thread per probe), at most `concurrency` at once, apart from
-  the Lease renewals; only the Lease holder calls it (the runner checks).
+  the Lease renewals; only the Lease holder calls it (baton.probing checks).
 """
 
 from __future__ import annotations

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pathlib
 import time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import prometheus_client
 from prometheus_client import core as prom_core
 
 import baton
+from baton.lifecycle import plan
 
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
@@ -127,6 +128,39 @@ WORKERS_BUSY = prometheus_client.Gauge(
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )
+
+# What decide() asks to record (plan.Record), by metric: the series, and whether it takes labels.
+_RECORDED: dict[plan.Metric, tuple[Any, bool]] = {
+    plan.Metric.HANDOFFS: (HANDOFFS, True),
+    plan.Metric.CLEANUP_FAILURES: (CLEANUP_FAILURES, True),
+    plan.Metric.FORCE_RECOVERIES: (FORCE_RECOVERIES, False),
+    plan.Metric.STALE_VERBS: (STALE_VERBS, True),
+    plan.Metric.DRAIN_INCOMPLETE: (DRAIN_INCOMPLETE, False),
+    plan.Metric.CONNECT_TIMEOUTS: (CONNECT_TIMEOUTS, False),
+    plan.Metric.LOCK_TIMEOUTS: (LOCK_TIMEOUTS, False),
+    plan.Metric.STEP_DURATION: (STEP_DURATION, True),
+    plan.Metric.POD_REJECTIONS: (POD_REJECTIONS, False),
+    plan.Metric.NAME_CONFLICTS: (NAME_CONFLICTS, True),
+    plan.Metric.TRANSITIONS: (TRANSITIONS, True),
+    plan.Metric.RETIREMENTS_BLOCKED: (RETIREMENTS_BLOCKED_TOTAL, False),
+    plan.Metric.FORCE_RETIRES: (FORCE_RETIRES, False),
+}
+# The histograms among them observe the value; the counters count one.
+_OBSERVED = frozenset({plan.Metric.STEP_DURATION})
+
+
+def record(metric: plan.Metric, *, labels: Mapping[str, str], value: float) -> None:
+    """Record what a plan asks (a plan.Record)."""
+    entry = _RECORDED.get(metric)
+    if entry is None:
+        return
+    series, labelled = entry
+    if labelled:
+        series = series.labels(**labels)
+    if metric in _OBSERVED:
+        series.observe(value)
+    else:
+        series.inc()
 
 
 # kube-state-metrics' shape for conditions: one series per status, exactly one of them 1, so that

@@ -1,14 +1,17 @@
 """A small simulated API server and operator replicas that run Baton's real code against it.
 
-What is real: ``baton.lifecycle.decide`` (every decision), ``baton.cache.snapshot.read_snapshot``
-(how the snapshot is built from the views, including the fresh GETs by name), ``baton.cache``'s
-stores (the views, read-your-writes), ``baton.execute.Executor`` (how each action is carried
-out, the fresh-Lease check, the fencing token on status writes) and ``baton.k8s`` (the requests
-it sends: UID preconditions, the Lease compare-and-swap, the JSON-patch test on annotations).
-What is simulated: the transport under ``baton.k8s.client`` (``FakeApi``), which hands each
-request to ``Server``: objects with resourceVersions and UIDs, name uniqueness, compare-and-swap,
-the CRD's CEL fence, grace periods and finalizers, a kubelet, watches that can lag, requests
-held back and delivered later. Time is simulated (``Clock``); nothing sleeps.
+What is real: the pass itself, ``baton.reconcile.Reconciler`` (its memory, the probes it asks
+for, the lock-wait bookkeeping, folding what a plan learnt), and so ``baton.lifecycle.decide``
+(every decision), ``baton.cache.snapshot.read_snapshot`` (how the snapshot is built from the
+views, including the fresh GETs by name), ``baton.cache``'s stores (the views, read-your-writes),
+``baton.execute.Executor`` (how each action is carried out, the fresh-Lease check, the fencing
+token on status writes) and ``baton.k8s`` (the requests it sends: UID preconditions, the Lease
+compare-and-swap, the JSON-patch test on annotations). What is simulated: the transport under
+``baton.k8s.client`` (``FakeApi``), which hands each request to ``Server``: objects with
+resourceVersions and UIDs, name uniqueness, compare-and-swap, the CRD's CEL fence, grace periods
+and finalizers, a kubelet, watches that can lag, requests held back and delivered later; the
+drain probe's answer (``ToolProber``). Time is simulated (``Clock``, injected into the pass);
+nothing sleeps.
 
 The server also checks the invariants that are about what it accepts (``Server.violations``):
 it knows which replica sent each request and whether that replica held the Lease.
@@ -20,20 +23,20 @@ import asyncio
 import dataclasses
 import datetime
 import json
-import types
 from typing import Any, Callable
 
 import pydantic
 
-from baton import execute
-from baton.cache import informer as inf
-from baton.cache import snapshot as snapshot_mod
-from baton.cache import views as vw
+from baton import clock as clock_mod
+from baton import drainprobe, execute, reconcile, triggers
+from baton import faults as faults_mod
+from baton.cache import informer
+from baton.cache import snapshot
+from baton.cache import views
 from baton.k8s import api, client
-from baton.lifecycle import manifests as mf
-from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
-from baton.model import status as st
+from baton.lifecycle import manifests
+from baton.lifecycle import plan
+from baton.model import status as status_mod
 
 
 def clone(obj: Any) -> Any:
@@ -63,25 +66,21 @@ STUCK_FINALIZER = "example.com/stuck"
 SLACK_SECONDS = 2 * LEASE_SECONDS + BUDGETS["lockSeconds"] + 4
 
 STEP_BUDGET = {
-    st.Step.STOPPING_ADMISSION: BUDGETS["drainSeconds"],
-    st.Step.DRAINING: BUDGETS["drainSeconds"],
-    st.Step.TERMINATING: BUDGETS["cleanupSeconds"],
-    st.Step.AWAITING_POD_GONE: BUDGETS["cleanupSeconds"],
-    st.Step.CREATING: BUDGETS["connectSeconds"],
-    st.Step.CONNECTING: BUDGETS["connectSeconds"],
-    st.Step.FINALIZING: 1,
+    status_mod.Step.STOPPING_ADMISSION: BUDGETS["drainSeconds"],
+    status_mod.Step.DRAINING: BUDGETS["drainSeconds"],
+    status_mod.Step.TERMINATING: BUDGETS["cleanupSeconds"],
+    status_mod.Step.AWAITING_POD_GONE: BUDGETS["cleanupSeconds"],
+    status_mod.Step.CREATING: BUDGETS["connectSeconds"],
+    status_mod.Step.CONNECTING: BUDGETS["connectSeconds"],
+    status_mod.Step.FINALIZING: 1,
 }
 
 
-class Clock:
+class Clock(clock_mod.Manual):
+    """Simulated time from T0: both clocks advance only when the model says so."""
+
     def __init__(self) -> None:
-        self.t = 0.0
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def wall(self) -> datetime.datetime:
-        return T0 + datetime.timedelta(seconds=self.t)
+        super().__init__(T0)
 
 
 def _ts(clock: Clock) -> str:
@@ -162,7 +161,7 @@ class Server:
         self.late_sent_rv: int | None = None  # while delivering a held request: the rv when it was sent
         self.late_status_refused = 0  # held status writes the API server refused on delivery
         self.claim_seq = 0
-        self._status_cache: tuple[str, st.ToolRuntimeStatus] | None = None  # (runtime rv, its status parsed)
+        self._status_cache: tuple[str, status_mod.ToolRuntimeStatus] | None = None  # (runtime rv, its status parsed)
 
     # --- objects ----------------------------------------------------------------------------
 
@@ -188,7 +187,8 @@ class Server:
     def store(self, kind: str, obj: dict[str, Any], type_: str = "MODIFIED") -> dict[str, Any]:
         if kind == "Lease":
             # Across the Lease's lives too: one created again after a deletion (with the runtime
-            # being finalized, or by a person) must not reuse a lower token (tests/chaos seed 3051).
+            # being finalized, or by a person) must not reuse a lower token
+            # (test_a_lease_created_again_never_reuses_a_lower_token).
             token = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
             if token < self.max_lease_token:
                 self.violation(f"{self.sender}: Lease {obj['metadata']['name']} written with fencing token {token}, "
@@ -234,7 +234,7 @@ class Server:
     def pods(self) -> list[dict[str, Any]]:
         return [o for (k, _), o in self.objs.items() if k == "Pod"]
 
-    def status(self) -> st.ToolRuntimeStatus | None:
+    def status(self) -> status_mod.ToolRuntimeStatus | None:
         """The runtime's status, parsed once per resourceVersion (every stored write gets a new
         one); callers only read it."""
         rt = self.runtime()
@@ -242,9 +242,9 @@ class Server:
             return None
         return self._parsed_status(rt["metadata"]["resourceVersion"], rt.get("status") or {})
 
-    def _parsed_status(self, rv: str, raw: dict[str, Any]) -> st.ToolRuntimeStatus:
+    def _parsed_status(self, rv: str, raw: dict[str, Any]) -> status_mod.ToolRuntimeStatus:
         if self._status_cache is None or self._status_cache[0] != rv:
-            self._status_cache = (rv, st.ToolRuntimeStatus.model_validate(raw))
+            self._status_cache = (rv, status_mod.ToolRuntimeStatus.model_validate(raw))
         return self._status_cache[1]
 
     def violation(self, text: str) -> None:
@@ -309,7 +309,7 @@ class Server:
         tokens Baton has used. Baton's own writes are judged from this token on (the Lease check
         guards Baton's writes, not a person's); status keeps the higher token, and no step may
         be acted on under the lower one."""
-        name = mf.lease_name(RT)
+        name = manifests.lease_name(RT)
         old = self.get("Lease", name)
         assert old is not None, "no Lease to restore"
         copy = clone(old)
@@ -369,13 +369,13 @@ class Server:
             return clone(obj)
         if method == "POST":
             if kind == "Pod":
-                self._check_fenced(f"create pod g{body['metadata']['labels'].get(mf.LABEL_GENERATION)}")
+                self._check_fenced(f"create pod g{body['metadata']['labels'].get(manifests.LABEL_GENERATION)}")
                 owner = (body["metadata"].get("ownerReferences") or [{}])[0].get("uid")
                 if self.runtime() is None or owner != self.runtime_uid:
                     # The garbage collector would delete it at once: treat as refused.
                     raise _err(404, "NotFound", "owner gone")
                 created = self.create(kind, body)
-                gen_text = created["metadata"]["labels"].get(mf.LABEL_GENERATION)
+                gen_text = created["metadata"]["labels"].get(manifests.LABEL_GENERATION)
                 self.all_pod_uids[created["metadata"]["uid"]] = int(gen_text) if gen_text else None
                 if self.delivering:
                     self.late_pod_uids.add(created["metadata"]["uid"])
@@ -477,7 +477,7 @@ class Server:
             self.violation(f"{self.sender}: a status write sent at rv {self.late_sent_rv}, held in the network, was "
                            f"accepted after a later status write (rv {self.status_rv}): status rolled back")
         try:
-            parsed = st.ToolRuntimeStatus.model_validate(new_status)
+            parsed = status_mod.ToolRuntimeStatus.model_validate(new_status)
         except pydantic.ValidationError as exc:
             # (A merge patch applied to a state it was not computed from can leave a torn status.)
             self.violation(f"{self.sender}: a status write would leave a status that does not parse: "
@@ -497,7 +497,7 @@ class Server:
     def _sender_holds(self) -> bool:
         """Whether the sender believes it holds the Lease (a holder's write, fenced by the token)."""
         rep = self.senders.get(self.sender or "")
-        return rep is not None and (NS, RT) in rep.executor.held
+        return rep is not None and (NS, RT) in rep.executor.leases.held
 
     def _check_pins(self, pod: dict[str, Any], body: dict[str, Any]) -> None:
         """Pins: admission to a serving generation is stopped only when no CommitEligible or
@@ -505,16 +505,16 @@ class Server:
         seen yet cannot hold it), unless a person force-retired it past its pins. A pod already
         lost (terminating, or a PodLost retire) is not pinned."""
         labels = ((body.get("metadata") or {}).get("labels") or {})
-        if self.delivering or self.sender is None or labels.get(mf.LABEL_SERVING) != "false":
+        if self.delivering or self.sender is None or labels.get(manifests.LABEL_SERVING) != "false":
             return
         meta = pod["metadata"]
-        if meta.get("labels", {}).get(mf.LABEL_SERVING) != "true" or meta.get("deletionTimestamp"):
+        if meta.get("labels", {}).get(manifests.LABEL_SERVING) != "true" or meta.get("deletionTimestamp"):
             return
         s = self.status()
         t = s.transition if s is not None else None
-        if t is not None and (t.force_retired or t.trigger == st.Trigger.POD_LOST):
+        if t is not None and (t.force_retired or t.trigger == status_mod.Trigger.POD_LOST):
             return
-        gen = meta.get("labels", {}).get(mf.LABEL_GENERATION)
+        gen = meta.get("labels", {}).get(manifests.LABEL_GENERATION)
         rep = self.senders[self.sender]
         known = rep.views.claims_known(NS)
         pinning = [c["metadata"]["name"] for c in rep.views.claims.by_label(NS, RT)
@@ -531,9 +531,9 @@ class Server:
         if self.delivering or self.sender is None:
             return
         rep = self.senders[self.sender]
-        lease = self.get("Lease", mf.lease_name(RT))
+        lease = self.get("Lease", manifests.lease_name(RT))
         spec = (lease or {}).get("spec") or {}
-        held = rep.executor.held.get((NS, RT))
+        held = rep.executor.leases.held.get((NS, RT))
         if (held is None or spec.get("holderIdentity") != rep.identity
                 or int(spec.get("leaseTransitions") or 0) != held.token):
             self.violation(f"{rep.identity}: {what} sent while it does not hold the Lease "
@@ -550,7 +550,7 @@ class Server:
             self.violation(f"{self.sender}: deleted pod uid {uid} that no persisted transition retires "
                            f"(transition: {s.transition.from_uid if s and s.transition else None})")
 
-    def _check_status(self, old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> None:
+    def _check_status(self, old: status_mod.ToolRuntimeStatus, new: status_mod.ToolRuntimeStatus) -> None:
         if new.fencing_token < self.max_token:
             self.violation(f"fencing token went back from {self.max_token} to {new.fencing_token}")
         self.max_token = max(self.max_token, new.fencing_token)
@@ -566,7 +566,7 @@ class Server:
         if nt is not None and nt.to is not None and (ot is None or ot.to != nt.to) and nt.to <= old.latest_generation:
             self.violation(f"a transition takes generation {nt.to}, but latestGeneration was {old.latest_generation}: reused")
         # Invariant 5: CleanupFailed=True is cleared only when that pod is gone or force-recovered.
-        was, now = old.condition(st.ConditionType.CLEANUP_FAILED), new.condition(st.ConditionType.CLEANUP_FAILED)
+        was, now = old.condition(status_mod.ConditionType.CLEANUP_FAILED), new.condition(status_mod.ConditionType.CLEANUP_FAILED)
         if was is not None and was.status == "True" and (now is None or now.status != "True"):
             failure = old.last_cleanup_failure
             fuid = failure.uid if failure else None
@@ -581,18 +581,18 @@ class Server:
         for h in new.history:
             if (h.generation, h.uid) in old_keys:
                 continue
-            if h.outcome == st.Outcome.RESET and str(h.generation) not in self.resets_posted:
+            if h.outcome == status_mod.Outcome.RESET and str(h.generation) not in self.resets_posted:
                 self.violation(f"generation {h.generation} retired as Reset, but no reset named it "
                                f"(resets posted: {sorted(self.resets_posted)})")
 
     def check_state(self) -> None:
         """Invariant 1 (at every instant): at most one pod object, at most one serving."""
-        pods = [pd for pd in self.pods() if pd["metadata"].get("labels", {}).get(mf.LABEL_RUNTIME) == RT
+        pods = [pd for pd in self.pods() if pd["metadata"].get("labels", {}).get(manifests.LABEL_RUNTIME) == RT
                 or client.owned_by(pd, self.runtime_uid)]
         live = [pd for pd in pods if not pd["metadata"].get("deletionTimestamp")]
         if len(live) > 1:
             self.violation(f"{len(live)} non-terminated pods: {[pd['metadata']['name'] for pd in live]}")
-        serving = [pd for pd in live if pd["metadata"]["labels"].get(mf.LABEL_SERVING) == "true"]
+        serving = [pd for pd in live if pd["metadata"]["labels"].get(manifests.LABEL_SERVING) == "true"]
         if len(serving) > 1:
             self.violation("two serving pods")
 
@@ -601,8 +601,8 @@ class Server:
         refuse a second pod of the name anyway: this is about the decision): every earlier
         generation's pod the runtime knew of is gone by UID, or force-recovered; a generation
         number is never sent again once a later one was. A pod a late create made counts once
-        the sender's view shows it (seed 700018: it landed 50 s after its generation had been
-        retired, and the next create, sent on a view behind, was refused by name)."""
+        the sender's view shows it: until then the next create, sent on a view behind, is
+        refused by name (test_a_create_landing_after_its_number_was_given_up_is_refused_by_name_then_retired)."""
         sender = self.senders.get(replica)
         for uid, g in self.all_pod_uids.items():
             if uid in self.late_pod_uids and (sender is None or not any(
@@ -676,7 +676,7 @@ class FakeApi:
         if what == "create" and s.sender is not None and not s.delivering:
             # Judged when the create is sent on time (not when planned: an earlier action of the
             # plan, ConfirmNoPod, may stop it), whatever the API server answers.
-            s.create_sent(s.sender, int(body["metadata"]["labels"][mf.LABEL_GENERATION]))
+            s.create_sent(s.sender, int(body["metadata"]["labels"][manifests.LABEL_GENERATION]))
         return s.handle(method, path, body, content_type, query)
 
     async def get_or_none(self, path: str) -> Any:
@@ -688,17 +688,15 @@ class FakeApi:
             raise
 
 
-class SimLocal(snapshot_mod.Local):
-    """snapshot.Local judged by the simulated monotonic clock."""
+class ToolProber:
+    """The tool's drain endpoint: idle unless the server says the tool is busy."""
 
-    clock: Clock
+    def __init__(self, server: Server) -> None:
+        self.server = server
 
-    def lease_unchanged_seconds(self, lease: dict[str, Any] | None) -> float:
-        rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
-        now = self.clock.monotonic()
-        if rv != self.lease_seen_rv:
-            self.lease_seen_rv, self.lease_seen_at = rv, now
-        return now - self.lease_seen_at
+    async def probe(self, *, pod: dict[str, Any], probe: Any) -> drainprobe.Result:
+        idle = not self.server.tool_busy
+        return drainprobe.Result(idle=idle, error=None if idle else "HTTP 503")
 
 
 LOOP = asyncio.new_event_loop()
@@ -719,29 +717,32 @@ KIND_STORE = {"ToolRuntime": "runtimes", "Pod": "pods", "Lease": "leases", "Serv
 
 class Replica:
     """One operator process: its views (fed from the server's watch log, possibly lagging), its
-    executor (real) and its per-runtime local state. One `step` = one pass of runner._turn."""
+    pass (real: baton.reconcile, its executor and its memory). One `step` = one pass; `decide`
+    and `execute` are the pass's two halves, so a replica can freeze between them."""
 
     def __init__(self, identity: str, server: Server, clock: Clock) -> None:
         self.identity, self.server, self.clock = identity, server, clock
         server.senders[identity] = self
-        self.paused_plan: tuple[snapshot_mod.Snapshot, p.Plan] | None = None
+        self.paused_plan: tuple[snapshot.Snapshot, plan.Plan] | None = None
         self.pause_before_fenced = False  # freeze at the next plan that changes pods
         self.restart()
 
     def restart(self) -> None:
         """A crash and restart: every local fact is lost; the views are listed afresh."""
-        self.views = vw.Views(namespaces=(NS,), watch_configmaps=False, watch_secrets=False)
+        self.views = views.Views(namespaces=(NS,), watch_configmaps=False, watch_secrets=False)
         # The claims view is listed (the CRD installed, list granted), as in a real cluster: pins
         # are known. Fed from the watch log below like the others; never run.
-        self.claims_informer = inf.Informer(
+        self.claims_informer = informer.Informer(
             FakeApi(self.server), kind="ToolRuntimeClaim", group_version="baton.dev/v1alpha1",
             plural="toolruntimeclaims", namespace=NS, store=self.views.claims)
         self.claims_informer.synced.set()
         self.views.informers.append(self.claims_informer)
         self.woken = False
-        self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views)
-        self.local = SimLocal(identity=self.identity, lease_duration_seconds=LEASE_SECONDS, backoff_base_seconds=5.0)
-        self.local.clock = self.clock
+        self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views,
+                                         clock=self.clock, faults=faults_mod.Faults())
+        self.reconciler = reconcile.Reconciler(
+            identity=self.identity, lease_seconds=LEASE_SECONDS, backoff_base_seconds=5.0, views=self.views,
+            executor=self.executor, prober=ToolProber(self.server), clock=self.clock, configs=triggers.ConfigIndex())
         self.cursor = 0
         self.lagging = False
         # One watch stream behind the others (each kind is its own stream in a cluster): its
@@ -789,9 +790,8 @@ class Replica:
             answer = LOOP.run_until_complete(coro)
             # The executor posts events from a task of its own: let it post this call's (most
             # calls post none, and a loop pass per call was a tenth of the model's time).
-            sender = self.executor._event_sender
-            if sender is not None and not sender.done():
-                LOOP.run_until_complete(self.executor.flush_events(timeout=60.0))
+            if self.executor.events.sending():
+                LOOP.run_until_complete(self.executor.events.flush(timeout=60.0))
             return answer
         finally:
             self.server.sender = None
@@ -804,54 +804,35 @@ class Replica:
                 _TASKS_STARTED.clear()
 
     def renew(self) -> None:
-        if (NS, RT) in self.executor.held and self.paused_plan is None:
-            held = self.executor.held[(NS, RT)]
+        if (NS, RT) in self.executor.leases.held and self.paused_plan is None:
+            held = self.executor.leases.held[(NS, RT)]
             if self.clock.monotonic() - held.renewed >= max(0.5, held.duration / 3):
-                self._run(self.executor.renew_once((NS, RT), lambda: None))
+                self._run(self.executor.leases.renew_once((NS, RT), lambda: None))
 
-    def decide(self) -> tuple[snapshot_mod.Snapshot, p.Plan] | None:
+    def decide(self) -> tuple[snapshot.Snapshot, plan.Plan] | None:
+        """The first half of a pass (None: the runtime is gone, its Lease abandoned)."""
         if not self.lagging:
             self.catch_up()
-        key = (NS, RT)
-        local = self.local
-        local.lease_held_here = self.executor.holds(key)
-        snap = self._run(snapshot_mod.read_snapshot(self.views, NS, RT, local))
-        if snap is None:
-            # As runner._turn: a Lease still held for a runtime that is gone is deleted, then
-            # everything about it forgotten.
-            self._run(self.executor.abandon(key))
-            return None
-        o = snap.observed
-        t = o.status.transition
-        if t is not None and t.step == st.Step.DRAINING and o.spec.drain.probe is not None and t.from_uid \
-                and self.executor.holds(key):
-            if any(pd["metadata"]["uid"] == t.from_uid for pd in snap.pods):
-                idle = not self.server.tool_busy
-                snap.observed = o = o.model_copy(update={"drain_idle": idle,
-                                                         "drain_probe_error": None if idle else "HTTP 503"})
-        plan = decide(o, self.clock.wall())
-        if plan.lease_wait or plan.find(p.AcquireLease):
-            if local.lock_wait_since is None:
-                local.lock_wait_since = self.clock.wall()
-        elif not self.executor.holds(key):
-            local.lock_wait_since = None
-        return snap, plan
+        planned: tuple[snapshot.Snapshot, plan.Plan] | None = self._run(
+            self.reconciler.decide((NS, RT), shutting_down=False))
+        return planned
 
-    def execute(self, snap: snapshot_mod.Snapshot, plan: p.Plan) -> bool:
-        for a in plan.actions:
-            if isinstance(a, p.ForceDeletePod) and self.executor.holds((NS, RT)):
+    def execute(self, snap: snapshot.Snapshot, planned: plan.Plan) -> bool:
+        """The second half of a pass."""
+        for a in planned.actions:
+            if isinstance(a, plan.ForceDeletePod) and self.executor.leases.holds((NS, RT)):
                 self.server.force_deleted.add(a.uid)
         self.woken = False
-        ok: bool = self._run(self.executor.execute(snap, plan, self.local, self.wake))
+        result: reconcile.Result = self._run(self.reconciler.act(snap, planned, wake=self.wake))
         # Woken (a write refused for a stale resourceVersion, the runtime read again): decide
-        # again at once, as runner's queue would.
-        self.last_wait = (0.0 if self.woken else plan.wait_seconds) if ok else 1.0
-        return ok
+        # again at once, as the controller's queue would.
+        self.last_wait = 1.0 if result.failed else (0.0 if self.woken else result.wait)
+        return not result.failed
 
     def wake(self) -> None:
         self.woken = True
 
-    def step(self) -> p.Plan | None:
+    def step(self) -> plan.Plan | None:
         """One pass; None when the runtime is gone."""
         if self.paused_plan is not None:
             return None
@@ -859,7 +840,7 @@ class Replica:
         if got is None:
             self.last_wait = None
             return None
-        if self.pause_before_fenced and any(isinstance(a, p.FENCED) for a in got[1].actions):
+        if self.pause_before_fenced and any(isinstance(a, plan.FENCED) for a in got[1].actions):
             self.pause_before_fenced = False
             self.paused_plan = got
             return None
@@ -881,15 +862,13 @@ class Replica:
 
 
 def install(server: Server, clock: Clock) -> Callable[[], None]:
-    """Point baton.k8s.client and the executor's clock at the simulation; returns an undo."""
+    """Point baton.k8s.client at the simulation; returns an undo."""
     fake = FakeApi(server)
-    saved = (client._WORK, client._LEASES, execute.time, execute.utcnow)
+    saved = (client._WORK, client._LEASES)
     client._WORK = client._LEASES = fake  # type: ignore[assignment]
-    execute.time = types.SimpleNamespace(monotonic=clock.monotonic)  # type: ignore[assignment]
-    execute.utcnow = clock.wall  # type: ignore[assignment]
 
     def undo() -> None:
-        client._WORK, client._LEASES, execute.time, execute.utcnow = saved  # type: ignore[assignment]
+        client._WORK, client._LEASES = saved
 
     return undo
 

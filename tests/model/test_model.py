@@ -1,5 +1,5 @@
-"""Issue 13, part 1: a stateful model check of the real decide/snapshot/executor code against a
-simulated API server (tests/model/sim.py), with 3 replicas, crashes, pauses, lagging watches,
+"""Issue 13, part 1: a stateful model check of the real pass (baton.reconcile: snapshot, probes,
+decide, executor) against a simulated API server (tests/model/sim.py), with 3 replicas, crashes, pauses, lagging watches,
 late requests and foreign actors. See docs/architecture.md, "Model check".
 
 CI runs a fixed, derandomized, short budget; `make model-check N=...` a long random one:
@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as hs
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from baton.lifecycle import manifests as mf
-from baton.lifecycle import plan as p
-from baton.model import status as st
+from baton.lifecycle import manifests
+from baton.lifecycle import plan
+from baton.model import status
 
 from . import sim
 
-pytestmark = [pytest.mark.unit, pytest.mark.model]
+pytestmark = [pytest.mark.model]
 
 EXAMPLES = int(os.environ.get("MODEL_EXAMPLES", "60"))
 STEPS = int(os.environ.get("MODEL_STEPS", "40"))
@@ -130,7 +130,7 @@ class BatonModel(RuleBasedStateMachine):
         the fresh-Lease check and the API server fence."""
         self._t("frozen-before-acting", r, template, holder)
         if holder:
-            r = next((i for i, rep in enumerate(self.replicas) if (sim.NS, sim.RT) in rep.executor.held), r)
+            r = next((i for i, rep in enumerate(self.replicas) if (sim.NS, sim.RT) in rep.executor.leases.held), r)
         if template:
             self.template_changes()
         self.replicas[r].pause_before_fenced = True
@@ -200,7 +200,7 @@ class BatonModel(RuleBasedStateMachine):
     @rule()
     def runtime_label_edited_off(self) -> None:
         self._t("unlabel")
-        self.server.user_pod(lambda pod: pod["metadata"].get("labels", {}).pop(mf.LABEL_RUNTIME, None))
+        self.server.user_pod(lambda pod: pod["metadata"].get("labels", {}).pop(manifests.LABEL_RUNTIME, None))
 
     @rule(broken=hs.booleans())
     def kubelet(self, broken: bool) -> None:
@@ -232,7 +232,7 @@ class BatonModel(RuleBasedStateMachine):
             # A value below the current generation can never become valid (numbers only grow):
             # only the others may ever reset a generation.
             self.server.resets_posted.add(value)
-        self.server.user_patch_runtime(lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_RESET, value))
+        self.server.user_patch_runtime(lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_RESET, value))
 
     @rule(stale=hs.booleans())
     def force_recovery(self, stale: bool) -> None:
@@ -241,7 +241,7 @@ class BatonModel(RuleBasedStateMachine):
         value = str(failed + 1 if stale else failed)
         self._t("force", stale)
         self.server.user_patch_runtime(
-            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RECOVERY, value))
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_FORCE_RECOVERY, value))
 
     @rule(suspend=hs.booleans())
     def suspend(self, suspend: bool) -> None:
@@ -269,7 +269,7 @@ class BatonModel(RuleBasedStateMachine):
         value = str(gen + 1 if stale else gen)
         self._t("force-retire", stale)
         self.server.user_patch_runtime(
-            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RETIRE, value))
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_FORCE_RETIRE, value))
 
     @rule(r=replica_ix, seconds=hs.sampled_from([2, 5]))
     def claims_not_listed_yet(self, r: int, seconds: int) -> None:
@@ -310,7 +310,7 @@ class BatonModel(RuleBasedStateMachine):
 
     def run_for(self, seconds: int, *, budgets: dict[tuple[str, str], float] | None = None,
                 person: bool = False, until: Callable[[], bool] | None = None) -> None:
-        """Every live replica acts whenever its plan asks (as runner's queue would), for
+        """Every live replica acts whenever its plan asks (as the controller's queue would), for
         `seconds` of simulated time; with `budgets`, each transition step is timed."""
         wake = {r.identity: self.clock.t for r in self.replicas}
         for _ in range(seconds):
@@ -318,8 +318,8 @@ class BatonModel(RuleBasedStateMachine):
                 if r.paused_plan is not None or (self.clock.t < wake[r.identity] and r.cursor == len(self.server.events)):
                     continue
                 for _ in range(25):
-                    plan = r.step()
-                    if plan is None or r.last_wait != 0:
+                    stepped = r.step()
+                    if stepped is None or r.last_wait != 0:
                         break
                 w = r.last_wait
                 wake[r.identity] = self.clock.t + (5.0 if w is None else max(0.0, min(w, 5.0)))
@@ -366,19 +366,19 @@ class BatonModel(RuleBasedStateMachine):
         (which then waits for the pins or a person, untimed)."""
         s = self.server.status()
         t = s.transition if s is not None else None
-        if s is None or t is None or not isinstance(t.step, st.Step) or t.step not in sim.STEP_BUDGET:
+        if s is None or t is None or not isinstance(t.step, status.Step) or t.step not in sim.STEP_BUDGET:
             return
         key = (t.step.value, t.step_started_at.isoformat())
         budget = sim.STEP_BUDGET[t.step]
         if t.pin_wait_since is not None:
             if t.pin_blocked:
-                blocked = s.condition(st.ConditionType.RETIREMENT_BLOCKED)
+                blocked = s.condition(status.ConditionType.RETIREMENT_BLOCKED)
                 if blocked is None or blocked.status != "True":
                     self.server.violation(f"retire of generation {t.from_} blocked by pins, but RetirementBlocked is {blocked}")
                 return
             key, budget = ("pins", t.pin_wait_since.isoformat()), sim.BUDGETS["pinSeconds"]
         first = seen.setdefault(key, self.clock.t)
-        if t.step == st.Step.CREATING and t.not_before is not None:
+        if t.step == status.Step.CREATING and t.not_before is not None:
             budget += sim.BUDGETS["connectSeconds"]  # a refused create backs off inside connectSeconds
         if self.clock.t - first > budget + sim.SLACK_SECONDS:
             self.server.violation(f"step {key[0]} (since t={first:.0f}) still not done after "
@@ -388,12 +388,12 @@ class BatonModel(RuleBasedStateMachine):
         """Someone on call: answers a held cleanup failure with the force-recovery it asks for."""
         s = self.server.status()
         rt = self.server.runtime()
-        if s is None or rt is None or s.transition is None or s.transition.step != st.Step.CLEANUP_FAILED:
+        if s is None or rt is None or s.transition is None or s.transition.step != status.Step.CLEANUP_FAILED:
             return
-        if mf.ANN_FORCE_RECOVERY not in (rt["metadata"].get("annotations") or {}) and s.last_cleanup_failure:
+        if manifests.ANN_FORCE_RECOVERY not in (rt["metadata"].get("annotations") or {}) and s.last_cleanup_failure:
             value = str(s.last_cleanup_failure.generation)
             self.server.user_patch_runtime(
-                lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(mf.ANN_FORCE_RECOVERY, value))
+                lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_FORCE_RECOVERY, value))
 
     @invariant()
     def nothing_violated(self) -> None:
@@ -456,14 +456,14 @@ class BatonModel(RuleBasedStateMachine):
         STATS["creates"] += len(self.server.creates_sent)
         STATS["removed"] += int(self.server.runtime_removed)
         reasons = self.server.event_reasons
-        STATS["cleanup_failures"] += reasons.count(st.Reason.CLEANUP_FAILED.value)
-        STATS["force"] += reasons.count(st.Reason.FORCE_RECOVERED.value)
-        STATS["handoffs"] += reasons.count(st.Reason.TRANSITION_STARTED.value)
-        STATS["stale"] += sum(reasons.count(r.value) for r in (st.Reason.STALE_RESET, st.Reason.STALE_FORCE_RECOVERY,
-                                                               st.Reason.STALE_FORCE_RETIRE))
-        STATS["pin_waits"] += reasons.count(st.Reason.AWAITING_PIN_RELEASE.value)
-        STATS["blocked"] += reasons.count(st.Reason.PINNED_BY_COMMIT_ELIGIBLE_CLAIM.value)
-        STATS["force_retired"] += reasons.count(st.Reason.FORCE_RETIRED.value)
+        STATS["cleanup_failures"] += reasons.count(status.Reason.CLEANUP_FAILED.value)
+        STATS["force"] += reasons.count(status.Reason.FORCE_RECOVERED.value)
+        STATS["handoffs"] += reasons.count(status.Reason.TRANSITION_STARTED.value)
+        STATS["stale"] += sum(reasons.count(r.value) for r in (status.Reason.STALE_RESET, status.Reason.STALE_FORCE_RECOVERY,
+                                                               status.Reason.STALE_FORCE_RETIRE))
+        STATS["pin_waits"] += reasons.count(status.Reason.AWAITING_PIN_RELEASE.value)
+        STATS["blocked"] += reasons.count(status.Reason.PINNED_BY_COMMIT_ELIGIBLE_CLAIM.value)
+        STATS["force_retired"] += reasons.count(status.Reason.FORCE_RETIRED.value)
         STATS["late_status_refused"] += self.server.late_status_refused
 
 
@@ -508,7 +508,7 @@ def test_a_late_create_landing_while_the_runtime_finalizes_is_retired_first(unla
             for r in m.replicas:
                 r.step()
                 s = srv.status()
-                if s is not None and s.transition is not None and s.transition.step == st.Step.FINALIZING \
+                if s is not None and s.transition is not None and s.transition.step == status.Step.FINALIZING \
                         and not srv.pods():
                     holder = r
                     break
@@ -519,7 +519,7 @@ def test_a_late_create_landing_while_the_runtime_finalizes_is_retired_first(unla
         holder.pause()
         assert holder.paused_plan is not None and "RemoveFinalizer" in holder.paused_plan[1].kinds()
         srv.deliver(0)
-        assert [pd["metadata"]["name"] for pd in srv.pods()] == [mf.pod_name(sim.RT)], "the late create landed"
+        assert [pd["metadata"]["name"] for pd in srv.pods()] == [manifests.pod_name(sim.RT)], "the late create landed"
         if unlabelled:
             m.runtime_label_edited_off()
         holder.resume()
@@ -548,7 +548,7 @@ def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_hol
         for _ in range(120):  # pass by pass until a replica is about to finalize
             for r in m.replicas:
                 got = r.decide()
-                if got is not None and got[1].find(p.RemoveFinalizer):
+                if got is not None and got[1].find(plan.RemoveFinalizer):
                     holder = r
                     r.paused_plan = got
                     break
@@ -584,17 +584,17 @@ def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_hol
         lease_gone = next(i for i, (t, k, _) in enumerate(srv.events) if i >= before and k == "Lease" and t == "DELETED")
         other.catch_up(lease_gone + 1)  # ... then its watch delivers the Lease's DELETED only
         got = other.decide()
-        assert got is not None and got[1].find(p.AcquireLease), got and got[1]
+        assert got is not None and got[1].find(plan.AcquireLease), got and got[1]
         other.execute(*got)
         if gone == "before-the-read":
-            assert ("Lease", mf.lease_name(sim.RT)) not in srv.objs, "a Lease created for a runtime already gone"
+            assert ("Lease", manifests.lease_name(sim.RT)) not in srv.objs, "a Lease created for a runtime already gone"
             return
         assert srv.runtime_removed
-        assert ("Lease", mf.lease_name(sim.RT)) in srv.objs, "the Lease was taken again for the gone runtime"
+        assert ("Lease", manifests.lease_name(sim.RT)) in srv.objs, "the Lease was taken again for the gone runtime"
         other.lagging = False
         other.step()  # its view catches up: the runtime is gone
-        assert ("Lease", mf.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
-        assert not other.executor.held
+        assert ("Lease", manifests.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
+        assert not other.executor.leases.held
         assert not srv.violations, "\n".join(srv.violations)
     finally:
         m.undo()
@@ -626,7 +626,7 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
             assert srv.runtime_removed
         else:
             m.run_for(3 * sim.LEASE_SECONDS)  # at rest: the Lease released, nobody holds it
-            srv.remove("Lease", mf.lease_name(sim.RT))
+            srv.remove("Lease", manifests.lease_name(sim.RT))
         used = srv.max_lease_token
         seen_token = lagging.views.runtimes.get(sim.NS, sim.RT)
         assert seen_token is not None
@@ -636,10 +636,10 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
         lagging.views.leases.delete(deleted)  # ... its Leases watch delivers the DELETED
         m.replicas = [*others, lagging]
         got = lagging.decide()
-        assert got is not None and got[1].find(p.AcquireLease), got and got[1]
+        assert got is not None and got[1].find(plan.AcquireLease), got and got[1]
         lagging.execute(*got)
         assert not srv.violations, "\n".join(srv.violations)
-        lease = srv.get("Lease", mf.lease_name(sim.RT))
+        lease = srv.get("Lease", manifests.lease_name(sim.RT))
         if runtime_gone:
             assert lease is None, f"a Lease created for a runtime already gone: {lease}"
         else:
@@ -647,7 +647,7 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
             lagging.lagging = False
             m.run_for(10)
             assert not srv.violations, "\n".join(srv.violations)
-            lease = srv.get("Lease", mf.lease_name(sim.RT))
+            lease = srv.get("Lease", manifests.lease_name(sim.RT))
             assert lease is None or int(lease["spec"]["leaseTransitions"]) > used
     finally:
         m.undo()
@@ -687,9 +687,9 @@ def test_a_lease_restored_below_the_token_status_carries_is_taken_up_past_it_bef
         m.replicas = [taker]
         taker.catch_up()  # its Leases view goes on: the restored copy, free
         got = taker.decide()
-        assert got is not None and got[1].find(p.AcquireLease), got and got[1]
+        assert got is not None and got[1].find(plan.AcquireLease), got and got[1]
         taker.execute(*got)
-        held = taker.executor.held.get((sim.NS, sim.RT))
+        held = taker.executor.leases.held.get((sim.NS, sim.RT))
         assert held is not None and held.token <= before.fencing_token, (held, before.fencing_token)
         taker.stream_lag("ToolRuntime", False)
         taker.catch_up()  # its view shows the stored status, with the higher token
@@ -701,7 +701,7 @@ def test_a_lease_restored_below_the_token_status_carries_is_taken_up_past_it_bef
         assert after is not None and after.current is not None and after.transition is None, after
         assert after.current.generation > before.current.generation, (before.current, after.current)
         assert after.fencing_token > before.fencing_token, (before.fencing_token, after.fencing_token)
-        lease = srv.get("Lease", mf.lease_name(sim.RT))
+        lease = srv.get("Lease", manifests.lease_name(sim.RT))
         assert lease is not None and int(lease["spec"]["leaseTransitions"]) > before.fencing_token, lease
     finally:
         m.undo()
@@ -750,16 +750,16 @@ def test_a_transition_ended_before_its_pod_was_seen_never_forgets_that_pod() -> 
             s = srv.status()
             assert s is not None
             created = next((pd for pd in srv.pods() if not pd["metadata"].get("deletionTimestamp")
-                            and pd["metadata"]["labels"].get(mf.LABEL_GENERATION) == "2"), None)
+                            and pd["metadata"]["labels"].get(manifests.LABEL_GENERATION) == "2"), None)
             if created is not None:
                 break
-        assert created is not None and s.transition is not None and s.transition.step == st.Step.CREATING, s
+        assert created is not None and s.transition is not None and s.transition.step == status.Step.CREATING, s
         uid = created["metadata"]["uid"]
         m.runtime_label_edited_off()
         m.suspend(True)
         got = r.decide()
         assert got is not None
-        assert got[1].find(p.ConfirmNoPod), f"a Creating transition ending without reading the name: {got[1]}"
+        assert got[1].find(plan.ConfirmNoPod), f"a Creating transition ending without reading the name: {got[1]}"
         r.execute(*got)
         s = srv.status()
         assert s is not None and s.transition is not None, "the transition ended with its pod still standing"
@@ -791,7 +791,7 @@ def test_a_holder_frozen_before_a_pod_change_is_refused_by_its_own_fresh_lease_c
         m.template_changes()
         for _ in range(60):  # the handoff, pass by pass, up to a plan that begins with a pod change
             got = holder.decide()
-            if got is not None and got[1].actions and isinstance(got[1].actions[0], p.FENCED):
+            if got is not None and got[1].actions and isinstance(got[1].actions[0], plan.FENCED):
                 # No status write ahead of it (its resourceVersion precondition would refuse the
                 # plan first): only the fresh-Lease check stands between it and the pod.
                 holder.paused_plan = got
@@ -802,7 +802,7 @@ def test_a_holder_frozen_before_a_pod_change_is_refused_by_its_own_fresh_lease_c
                 m.advance(1)
         assert holder.paused_plan is not None, "no plan of the handoff begins with a pod change"
         m.replicas = everyone  # the frozen one does nothing until resumed
-        frozen_token = holder.executor.held[(sim.NS, sim.RT)].token
+        frozen_token = holder.executor.leases.held[(sim.NS, sim.RT)].token
         m.run_for(3 * sim.LEASE_SECONDS)  # the others take over past its Lease
         s = srv.status()
         assert s is not None and s.fencing_token > frozen_token, "nobody took over: nothing to fence"
@@ -902,7 +902,7 @@ def test_stopping_admission_on_a_pod_gone_behind_the_view_is_not_repeated() -> N
     handle = srv.handle
 
     def counting(method: str, path: str, body: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if method == "PATCH" and "/pods/" in path and mf.LABEL_SERVING in str(body):
+        if method == "PATCH" and "/pods/" in path and manifests.LABEL_SERVING in str(body):
             patches.append(str(body))
         return handle(method, path, body, *args, **kwargs)
 
@@ -983,7 +983,7 @@ def test_a_stray_retired_by_a_reset_handoff_is_not_recorded_as_reset() -> None:
         m.teardown()
         s = m.server.status()
         assert s is not None
-        resets = [h.generation for h in s.history if h.outcome == st.Outcome.RESET]
+        resets = [h.generation for h in s.history if h.outcome == status.Outcome.RESET]
         assert resets and all(str(g) in m.server.resets_posted for g in resets), (resets, m.server.resets_posted)
     finally:
         m.undo()

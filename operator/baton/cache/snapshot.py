@@ -11,68 +11,80 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import time
 from typing import Any
 
 import pydantic
 
-from baton.cache import views as vw
+from baton import clock as clock_mod
+from baton.cache import views as views_mod
 from baton.k8s import client, configrefs, pods, services
-from baton.lifecycle import manifests as mf
+from baton.lifecycle import manifests
 from baton.model import claims as claims_model
-from baton.model import observed as obs
+from baton.model import observed as observed_mod
 from baton.model import spec as spec_model
-from baton.model import status as st
+from baton.model import status as status_mod
 
 
 @dataclasses.dataclass
-class Local:
-    """What this process knows about a runtime that is not in the API."""
+class SnapshotMemo:
+    """What building a runtime's snapshots remembers from one pass to the next."""
 
-    identity: str
-    lease_duration_seconds: int
-    backoff_base_seconds: float
-    lease_held_here: bool = False
-    lock_wait_since: datetime.datetime | None = None
-    idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
-    last_error: str | None = None
-    pod_rejected: str | None = None  # the API server's refusal of our last pod create
-    name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
-    service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
-    shutting_down: bool = False
     # The Lease version this process saw last, and when (its own monotonic clock): a foreign
     # Lease is expired only once it has stayed unchanged for its duration here.
     lease_seen_rv: str | None = None
     lease_seen_at: float = 0.0
     # The runtime object last parsed (by resourceVersion): parsing once per version.
     parsed_rv: str | None = None
-    parsed: tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None] | None = None
+    parsed: tuple[spec_model.ToolRuntimeSpec, status_mod.ToolRuntimeStatus, str | None] | None = None
     reads: int = 0  # fresh GETs made for this runtime (a measure of what the view saves)
 
-    def lease_unchanged_seconds(self, lease: dict[str, Any] | None) -> float:
+    def lease_unchanged_seconds(self, lease: dict[str, Any] | None, now: float) -> float:
         rv = str(((lease or {}).get("metadata") or {}).get("resourceVersion") or "")
-        now = time.monotonic()
         if rv != self.lease_seen_rv:
             self.lease_seen_rv, self.lease_seen_at = rv, now
         return now - self.lease_seen_at
 
 
 @dataclasses.dataclass
+class Learnt:
+    """What this process learnt about a runtime by acting on it, which the API does not show
+    (baton.reconcile.Memory keeps it from pass to pass; the snapshot only reads it)."""
+
+    lock_wait_since: datetime.datetime | None = None
+    idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
+    last_error: str | None = None
+    pod_rejected: str | None = None  # the API server's refusal of our last pod create
+    name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
+    service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
+
+
+@dataclasses.dataclass(frozen=True)
+class Facts:
+    """What this process is, as one pass reads it: not in the API either."""
+
+    identity: str
+    lease_duration_seconds: int
+    backoff_base_seconds: float
+    lease_held_here: bool = False
+    shutting_down: bool = False
+
+
+@dataclasses.dataclass
 class Snapshot:
-    observed: obs.Observed
+    observed: observed_mod.Observed
     runtime: dict[str, Any]
     pods: list[dict[str, Any]]
     lease: dict[str, Any] | None = None  # as seen: the version an acquisition must replace
 
 
-def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -> obs.PodInfo:
+def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -> observed_mod.PodInfo:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    gen_text = labels.get(mf.LABEL_GENERATION)
+    gen_text = labels.get(manifests.LABEL_GENERATION)
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
-    return obs.PodInfo(
+    return observed_mod.PodInfo(
         name=meta["name"],
         uid=meta["uid"],
         generation=int(gen_text) if gen_text and gen_text.isdigit() else None,
@@ -80,20 +92,20 @@ def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(meta.get("finalizers") or ()),
-        serving=labels.get(mf.LABEL_SERVING) == "true",
+        serving=labels.get(manifests.LABEL_SERVING) == "true",
         created_at=client.parse_time(meta.get("creationTimestamp")),
         ip=status.get("podIP"),
-        template_hash=annotations.get(mf.ANN_TEMPLATE_HASH),
+        template_hash=annotations.get(manifests.ANN_TEMPLATE_HASH),
         owned=client.owned_by(pod, runtime_uid),
-        labelled=labels.get(mf.LABEL_RUNTIME) == runtime,
+        labelled=labels.get(manifests.LABEL_RUNTIME) == runtime,
     )
 
 
-def lease_info(lease: dict[str, Any] | None, default_duration: int, unchanged_seconds: float = 0.0) -> obs.LeaseInfo:
+def lease_info(lease: dict[str, Any] | None, default_duration: int, unchanged_seconds: float = 0.0) -> observed_mod.LeaseInfo:
     if lease is None:
-        return obs.LeaseInfo(exists=False, duration_seconds=default_duration)
+        return observed_mod.LeaseInfo(exists=False, duration_seconds=default_duration)
     spec = lease.get("spec") or {}
-    return obs.LeaseInfo(
+    return observed_mod.LeaseInfo(
         exists=True,
         holder=spec.get("holderIdentity") or None,
         renew_time=client.parse_time(spec.get("renewTime")),
@@ -103,9 +115,9 @@ def lease_info(lease: dict[str, Any] | None, default_duration: int, unchanged_se
     )
 
 
-def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> obs.ServiceInfo:
+def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> observed_mod.ServiceInfo:
     if svc is None:
-        return obs.ServiceInfo(exists=False)
+        return observed_mod.ServiceInfo(exists=False)
     spec = svc.get("spec") or {}
     ports = tuple(
         spec_model.ServicePort(
@@ -113,7 +125,7 @@ def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> obs.Servi
         )
         for pt in spec.get("ports") or []
     )
-    return obs.ServiceInfo(
+    return observed_mod.ServiceInfo(
         exists=True, owned=client.owned_by(svc, runtime_uid), uid=(svc.get("metadata") or {}).get("uid"),
         selector=spec.get("selector") or {}, ports=ports, session_affinity=spec.get("sessionAffinity"),
     )
@@ -139,14 +151,14 @@ def _error_text(exc: pydantic.ValidationError) -> str:
     return f"spec.{where}: {first.get('msg', 'invalid')}{more}"
 
 
-def _parse(rt: dict[str, Any], local: Local) -> tuple[spec_model.ToolRuntimeSpec, st.ToolRuntimeStatus, str | None]:
+def _parse(rt: dict[str, Any], memo: SnapshotMemo) -> tuple[spec_model.ToolRuntimeSpec, status_mod.ToolRuntimeStatus, str | None]:
     rv = str((rt.get("metadata") or {}).get("resourceVersion") or "")
-    if local.parsed is not None and local.parsed_rv == rv:
-        return local.parsed
+    if memo.parsed is not None and memo.parsed_rv == rv:
+        return memo.parsed
     spec_error: str | None = None
     try:
         spec = spec_model.ToolRuntimeSpec.model_validate(rt.get("spec") or {})
-        mf.config_refs(spec.template)  # reads the template's references: fails on a malformed one
+        manifests.config_refs(spec.template)  # reads the template's references: fails on a malformed one
     except pydantic.ValidationError as exc:
         # A malformed field the CRD let through: keep observing with safe defaults, so the
         # runtime reports it (Degraded InvalidSpec) and can still be retired and deleted.
@@ -154,29 +166,29 @@ def _parse(rt: dict[str, Any], local: Local) -> tuple[spec_model.ToolRuntimeSpec
     except (AttributeError, TypeError, ValueError) as exc:
         # e.g. `volumes: "x"`: the CRD preserves unknown PodSpec fields without checking them.
         spec_error = f"spec.template cannot be read: {type(exc).__name__}: {exc}"
-    status = st.ToolRuntimeStatus.model_validate(rt.get("status") or {})
-    local.parsed_rv, local.parsed = rv, (spec, status, spec_error)
-    return local.parsed
+    status = status_mod.ToolRuntimeStatus.model_validate(rt.get("status") or {})
+    memo.parsed_rv, memo.parsed = rv, (spec, status, spec_error)
+    return memo.parsed
 
 
-async def _pods(views: vw.Views, namespace: str, name: str, status: st.ToolRuntimeStatus,
-                local: Local) -> list[dict[str, Any]]:
+async def _pods(views: views_mod.Views, namespace: str, name: str, status: status_mod.ToolRuntimeStatus, *,
+                memo: SnapshotMemo, name_taken: bool) -> list[dict[str, Any]]:
     found = {pd["metadata"]["uid"]: pd for pd in views.pods.by_label(namespace, name)}
-    named = views.pods.get(namespace, mf.pod_name(name))
+    named = views.pods.get(namespace, manifests.pod_name(name))
     if named is not None:
         found[named["metadata"]["uid"]] = named
     names: set[str] = set()
     t = status.transition
     if t is not None and t.retiring and t.from_uid and t.from_uid not in found:
-        names.add(t.from_pod or mf.pod_name(name))
+        names.add(t.from_pod or manifests.pod_name(name))
     if t is not None and t.to_uid and t.to_uid not in found:
-        names.add(mf.pod_name(name))
+        names.add(manifests.pod_name(name))
     if status.current is not None and status.current.uid not in found:
         names.add(status.current.pod)
-    if local.name_taken:
-        names.add(mf.pod_name(name))
+    if name_taken:
+        names.add(manifests.pod_name(name))
     for pod_name in sorted(names):
-        local.reads += 1
+        memo.reads += 1
         pod = await pods.read_pod(namespace, pod_name)
         # The GET is fresher than the view: drop what the view says under that name.
         found = {u: pd for u, pd in found.items() if pd["metadata"]["name"] != pod_name}
@@ -185,29 +197,32 @@ async def _pods(views: vw.Views, namespace: str, name: str, status: st.ToolRunti
     return sorted(found.values(), key=lambda pd: (pd["metadata"].get("creationTimestamp") or "", pd["metadata"]["name"]))
 
 
-async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local) -> Snapshot | None:
+async def read_snapshot(
+    views: views_mod.Views, namespace: str, name: str, *, memo: SnapshotMemo, learnt: Learnt, facts: Facts,
+    clock: clock_mod.Clock,
+) -> Snapshot | None:
     """None when the runtime no longer exists."""
     rt = views.runtimes.get(namespace, name)
     if rt is None:
         return None
     meta = rt.get("metadata") or {}
-    spec, status, spec_error = _parse(rt, local)
+    spec, status, spec_error = _parse(rt, memo)
     uid = meta["uid"]
-    raw_pods = await _pods(views, namespace, name, status, local)
-    lease = views.leases.get(namespace, mf.lease_name(name))
+    raw_pods = await _pods(views, namespace, name, status, memo=memo, name_taken=learnt.name_taken)
+    lease = views.leases.get(namespace, manifests.lease_name(name))
     svc = views.services.get(namespace, name)
-    if svc is None and local.service_taken:
-        local.reads += 1
+    if svc is None and learnt.service_taken:
+        memo.reads += 1
         svc = await services.read_service(namespace, name)
-    refs = mf.config_refs(spec.template) if spec_error is None else []
+    refs = manifests.config_refs(spec.template) if spec_error is None else []
     digest, missing, unreadable, config_parts = (
         await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], [], []))
     endpoints_listed: bool | None = None
     t = status.transition
-    if t is not None and t.step == st.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
+    if t is not None and t.step == status_mod.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
         endpoints_listed = services.endpoints_list_pod_ready(
             views.slices.by_label(namespace, name), t.from_uid, t.from_pod or "")
-    observed = obs.Observed(
+    observed = observed_mod.Observed(
         namespace=namespace,
         name=name,
         uid=uid,
@@ -217,25 +232,25 @@ async def read_snapshot(views: vw.Views, namespace: str, name: str, local: Local
         annotations=meta.get("annotations") or {},
         spec=spec,
         status=status,
-        desired_hash=mf.template_hash(spec.template, digest),
-        desired_parts=(("template", mf.template_hash(spec.template)), *config_parts),
+        desired_hash=manifests.template_hash(spec.template, digest),
+        desired_parts=(("template", manifests.template_hash(spec.template)), *config_parts),
         pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
-        lease=lease_info(lease, local.lease_duration_seconds, local.lease_unchanged_seconds(lease)),
+        lease=lease_info(lease, facts.lease_duration_seconds, memo.lease_unchanged_seconds(lease, clock.monotonic())),
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,
         claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
         claims_known=views.claims_known(namespace),
         missing_config_refs=tuple(missing),
         unreadable_config_refs=tuple(unreadable),
-        identity=local.identity,
-        lease_duration_seconds=local.lease_duration_seconds,
-        lease_held_here=local.lease_held_here,
-        lock_wait_since=local.lock_wait_since,
-        idle_checked_at=local.idle_checked_at,
-        last_error=local.last_error,
-        pod_rejected=local.pod_rejected,
+        identity=facts.identity,
+        lease_duration_seconds=facts.lease_duration_seconds,
+        lease_held_here=facts.lease_held_here,
+        lock_wait_since=learnt.lock_wait_since,
+        idle_checked_at=learnt.idle_checked_at,
+        last_error=learnt.last_error,
+        pod_rejected=learnt.pod_rejected,
         spec_error=spec_error,
-        shutting_down=local.shutting_down,
-        backoff_base_seconds=local.backoff_base_seconds,
+        shutting_down=facts.shutting_down,
+        backoff_base_seconds=facts.backoff_base_seconds,
     )
     return Snapshot(observed=observed, runtime=rt, pods=raw_pods, lease=lease)

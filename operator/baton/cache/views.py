@@ -1,4 +1,5 @@
-"""The watch-fed views Baton reads, and the informers that fill them. Does I/O (watches).
+"""The watch-fed views Baton reads, and the informers that fill them. Does I/O (watches, and the
+one authoritative read of a runtime, reread_runtime).
 
 Selected on the server wherever the object carries Baton's label: pods, Leases, Services and
 EndpointSlices (the EndpointSlice controller copies a Service's labels onto its slices) by
@@ -13,10 +14,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from baton.cache import informer as inf
-from baton.cache import store as st
+from baton.cache import informer as informer_mod
+from baton.cache import store as store_mod
 from baton.k8s import api as k8s_api
-from baton.k8s import configrefs
+from baton.k8s import configrefs, runtimes
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
@@ -50,26 +51,26 @@ def _digest_only(obj: dict[str, Any]) -> dict[str, Any]:
 class Views:
     def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool) -> None:
         self.namespaces = namespaces
-        self.runtimes = st.Store(index_label=None)
+        self.runtimes = store_mod.Store(index_label=None)
         # ToolRuntimeClaims carry the user's labels, not ours: all of them, indexed by runtimeRef.
-        self.claims = st.Store(index_label=None, index_by=claim_runtime)
-        self.pods = st.Store(selected_by=st.RUNTIME_LABEL)
-        self.leases = st.Store(selected_by=st.RUNTIME_LABEL)
-        self.services = st.Store(selected_by=st.RUNTIME_LABEL)
-        self.slices = st.Store(index_label=SERVICE_NAME_LABEL, selected_by=st.RUNTIME_LABEL)
-        self.configmaps = st.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
-        self.secrets = st.Store(index_label=None, transform=_digest_only) if watch_secrets else None
-        self.informers: list[inf.Informer] = []
+        self.claims = store_mod.Store(index_label=None, index_by=claim_runtime)
+        self.pods = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
+        self.leases = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
+        self.services = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
+        self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=store_mod.RUNTIME_LABEL)
+        self.configmaps = store_mod.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
+        self.secrets = store_mod.Store(index_label=None, transform=_digest_only) if watch_secrets else None
+        self.informers: list[informer_mod.Informer] = []
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _kinds(self) -> list[tuple[str, str, str, st.Store, str | None]]:
-        kinds: list[tuple[str, str, str, st.Store, str | None]] = [
+    def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None]]:
+        kinds: list[tuple[str, str, str, store_mod.Store, str | None]] = [
             ("ToolRuntime", "baton.dev/v1alpha1", "toolruntimes", self.runtimes, None),
             ("ToolRuntimeClaim", "baton.dev/v1alpha1", "toolruntimeclaims", self.claims, None),
-            ("Pod", "v1", "pods", self.pods, st.RUNTIME_LABEL),
-            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, st.RUNTIME_LABEL),
-            ("Service", "v1", "services", self.services, st.RUNTIME_LABEL),
-            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, st.RUNTIME_LABEL),
+            ("Pod", "v1", "pods", self.pods, store_mod.RUNTIME_LABEL),
+            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, store_mod.RUNTIME_LABEL),
+            ("Service", "v1", "services", self.services, store_mod.RUNTIME_LABEL),
+            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, store_mod.RUNTIME_LABEL),
         ]
         if self.configmaps is not None:
             kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None))
@@ -81,7 +82,7 @@ class Views:
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         for kind, gv, plural, store, selector in self._kinds():
             for ns in scopes:
-                informer = inf.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
+                informer = informer_mod.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
                                         store=store, label_selector=selector)
                 self.informers.append(informer)
                 self._tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'}"))
@@ -97,6 +98,21 @@ class Views:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def apply(self, obj: dict[str, Any] | None, kind: str = "") -> None:
+        """Apply what a write returned to the views (read-your-writes)."""
+        if not isinstance(obj, dict) or "metadata" not in obj:
+            return
+        store = {"Pod": self.pods, "Lease": self.leases, "Service": self.services,
+                 "ToolRuntime": self.runtimes, "ToolRuntimeClaim": self.claims}.get(kind or str(obj.get("kind") or ""))
+        if store is not None:
+            store.apply(obj)
+
+    async def reread_runtime(self, key: tuple[str, str]) -> dict[str, Any] | None:
+        """The runtime as stored now (an authoritative read), applied to the view; None if gone."""
+        stored = await runtimes.read_runtime(*key)
+        self.apply(stored, "ToolRuntime")
+        return stored
 
     def claims_known(self, namespace: str) -> bool:
         """Whether the claims view of `namespace` is filled (listed, not forbidden): until it is,

@@ -1,4 +1,5 @@
-"""kopf wiring only: the process shell (login, startup, cleanup, signals).
+"""kopf activities only: the process shell (login, startup, cleanup, signals). Does I/O (the
+startup checks of the API, the ports), and starts the controller.
 
 kopf runs standalone (peering off, scanning off) and watches nothing itself: Baton's own
 informers (baton.cache) select on the server by label, which kopf's label filters do on the
@@ -13,26 +14,30 @@ from typing import Any
 
 import kopf
 
-from baton import metrics, runner as runner_mod, server, settings as settings_mod
+from baton import clock as clock_mod
+from baton import faults as faults_mod
+from baton import controller as controller_mod
+from baton import metrics, server
+from baton import settings as settings_mod
 from baton.k8s import client, runtimes
 
 log = logging.getLogger("baton.handlers")
 
 SETTINGS: settings_mod.Settings | None = None
-RUNNER: runner_mod.Runner | None = None
+CONTROLLER: controller_mod.Controller | None = None
 # How long startup waits for the views to fill before acting (a slow list is retried anyway).
 SYNC_TIMEOUT_SECONDS = 60.0
 
 
-def _runner() -> runner_mod.Runner:
-    assert RUNNER is not None, "baton.handlers.install() was not called"
-    return RUNNER
+def _controller() -> controller_mod.Controller:
+    assert CONTROLLER is not None, "baton.activities.install() was not called"
+    return CONTROLLER
 
 
-def install(settings: settings_mod.Settings) -> None:
-    global SETTINGS, RUNNER
+def install(settings: settings_mod.Settings, *, clock: clock_mod.Clock, faults: faults_mod.Faults) -> None:
+    global SETTINGS, CONTROLLER
     SETTINGS = settings
-    RUNNER = runner_mod.Runner(settings)
+    CONTROLLER = controller_mod.Controller(settings, clock=clock, faults=faults)
 
 
 @kopf.on.startup()
@@ -52,18 +57,18 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             "the ToolRuntime CRD (toolruntimes.baton.dev/v1alpha1) is not served: install it "
             "(kubectl apply -f crds/, or the Helm chart) before starting Baton"
         )
-    runner = _runner()
-    if not runner.started:
+    controller = _controller()
+    if not controller.started:
         # The ports first: a bind error fails startup before anything acts (kopf retries it).
-        metrics.REGISTRY.register(metrics.RuntimeCollector(runner.runtime_gauges))
+        metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges))
         await server.start(
             metrics_bind=SETTINGS.metrics_bind,
             health_bind=SETTINGS.health_bind,
-            is_ready=lambda: (runner.started and not runner.shutting_down,
-                                "shutting down" if runner.shutting_down else ("ok" if runner.started else "starting")),
+            is_ready=lambda: (controller.started and not controller.shutting_down,
+                                "shutting down" if controller.shutting_down else ("ok" if controller.started else "starting")),
         )
-        runner.start()
-    if not await runner.views.wait_synced(SYNC_TIMEOUT_SECONDS):
+        controller.start()
+    if not await controller.views.wait_synced(SYNC_TIMEOUT_SECONDS):
         log.warning("views not filled within %.0fs; acting on what arrived (the rest follows)", SYNC_TIMEOUT_SECONDS)
     log.info("baton started", extra={"identity": SETTINGS.identity, "namespaces": ",".join(SETTINGS.namespaces) or "*",
                                      "workers": SETTINGS.workers})
@@ -77,6 +82,6 @@ def on_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.cleanup()
 async def on_cleanup(**_: Any) -> None:
     log.info("stopping: no new transitions; handing back Leases")
-    await _runner().shutdown()
+    await _controller().shutdown()
     await client.stop()
     log.info("stopped")

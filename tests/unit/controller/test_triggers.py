@@ -1,0 +1,100 @@
+"""Which runtimes an object change wakes, and when (baton.triggers): pure, so read as tables."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from baton import triggers
+from baton.cache import store, views
+
+NS = "agents"
+SETTLE = triggers.CLAIM_SETTLE_SECONDS
+
+
+def obj(name: str, *, labels: dict[str, str] | None = None, generation: int = 1, **fields: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": NS, "name": name, "generation": generation, "labels": labels or {}}, **fields}
+
+
+def claim(name: str, runtime: str, *, generation: int = 1) -> dict[str, Any]:
+    return obj(name, generation=generation, spec={"runtimeRef": {"name": runtime}})
+
+
+def lease(holder: str, runtime: str = "search") -> dict[str, Any]:
+    return obj(f"baton-{runtime}", labels={store.RUNTIME_LABEL: runtime}, spec={"holderIdentity": holder})
+
+
+@pytest.mark.parametrize(("old", "new", "wakes"), [
+    (None, obj("search"), [((NS, "search"), 0.0)]),
+    (obj("search"), obj("search", generation=2), [((NS, "search"), 0.0)]),
+    (obj("search"), None, [((NS, "search"), 0.0)]),
+    (None, None, []),
+])
+def test_a_runtime_change_wakes_that_runtime_now(old: Any, new: Any, wakes: list[triggers.Wake]) -> None:
+    assert triggers.on_runtime(old, new) == wakes
+
+
+@pytest.mark.parametrize(("old", "new", "in_transition", "wakes"), [
+    # A claim made: the runtime in no transition lets a burst settle; one in a transition at once.
+    (None, claim("c1", "search"), False, [((NS, "search"), SETTLE)]),
+    (None, claim("c1", "search"), True, [((NS, "search"), 0.0)]),
+    # Its spec changed (a new metadata.generation): as made.
+    (claim("c1", "search"), claim("c1", "search", generation=2), True, [((NS, "search"), 0.0), ((NS, "search"), 0.0)]),
+    # Our own status write (same generation): nothing to decide on.
+    (claim("c1", "search"), claim("c1", "search"), True, []),
+    # Moved to another runtime: both.
+    (claim("c1", "search", generation=1), claim("c1", "fetch", generation=2), False,
+     [((NS, "search"), SETTLE), ((NS, "fetch"), SETTLE)]),
+    (claim("c1", "search"), None, False, [((NS, "search"), SETTLE)]),
+    # Naming no runtime: nothing.
+    (None, obj("c1", spec={}), True, []),
+])
+def test_a_claim_wakes_the_runtime_it_names(old: Any, new: Any, in_transition: bool,
+                                            wakes: list[triggers.Wake]) -> None:
+    assert triggers.on_claim(old, new, runtime_of=views.claim_runtime,
+                             in_transition=lambda ns, name: in_transition) == wakes
+
+
+@pytest.mark.parametrize(("old", "new", "wakes"), [
+    (None, obj("search-pod", labels={store.RUNTIME_LABEL: "search"}), [((NS, "search"), 0.0)]),
+    # Relabelled: the runtime it left and the one it joined.
+    (obj("p", labels={store.RUNTIME_LABEL: "search"}), obj("p", labels={store.RUNTIME_LABEL: "fetch"}),
+     [((NS, "search"), 0.0), ((NS, "fetch"), 0.0)]),
+    (obj("p", labels={store.RUNTIME_LABEL: "search"}), None, [((NS, "search"), 0.0)]),
+    (None, obj("p", labels={"app": "search"}), []),
+])
+def test_a_labelled_object_wakes_the_runtime_its_label_names(old: Any, new: Any, wakes: list[triggers.Wake]) -> None:
+    assert triggers.by_label(store.RUNTIME_LABEL)(old, new) == wakes
+
+
+@pytest.mark.parametrize(("old", "new", "wakes"), [
+    (lease("baton-a"), lease("baton-a"), []),  # a renewal, ours or another's
+    (lease("baton-a"), lease("baton-b"), [((NS, "search"), 0.0)]),  # a new holder
+    (lease("baton-a"), lease(""), [((NS, "search"), 0.0)]),  # released
+    (lease("baton-a"), None, [((NS, "search"), 0.0)]),  # deleted
+    (None, lease("baton-a"), [((NS, "search"), 0.0)]),  # created
+    (None, obj("other-lease"), []),  # not a runtime's
+])
+def test_only_a_change_of_lease_holder_wakes_the_runtime(old: Any, new: Any, wakes: list[triggers.Wake]) -> None:
+    assert triggers.on_lease(store.RUNTIME_LABEL)(old, new) == wakes
+
+
+def config(name: str, digest: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": NS, "name": name}, "digest": digest}
+
+
+def test_a_config_change_wakes_the_runtimes_that_reference_it_and_only_while_they_do() -> None:
+    index = triggers.ConfigIndex()
+    on_configmap, on_secret = index.on_config("ConfigMap"), index.on_config("Secret")
+    index.update((NS, "search"), [("ConfigMap", "settings", False), ("Secret", "api-key", True)])
+    index.update((NS, "fetch"), [("ConfigMap", "settings", False)])
+    assert on_configmap(config("settings", "d1"), config("settings", "d2")) == [((NS, "fetch"), 0.0), ((NS, "search"), 0.0)]
+    assert on_configmap(config("settings", "d1"), config("settings", "d1")) == []  # data unchanged
+    assert on_secret(None, config("api-key", "d1")) == [((NS, "search"), 0.0)]
+    assert on_configmap(config("api-key", "d1"), None) == []  # a ConfigMap of that name: not referenced
+    index.update((NS, "search"), [("ConfigMap", "settings", False)])  # the Secret no longer referenced
+    assert on_secret(config("api-key", "d1"), None) == []
+    assert index.users == {(NS, "ConfigMap", "settings"): {"search", "fetch"}}
+    index.update((NS, "search"), [])
+    index.update((NS, "fetch"), [])
+    assert index.users == {}
