@@ -32,7 +32,7 @@ from baton.cache import views as vw
 from baton.k8s import api, client
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
+from baton.lifecycle import decide
 from baton.model import status as st
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
+from baton.lifecycle import decide
 from baton.model import observed as obs
 from baton.model import spec as sp
 from baton.model import status as st
