@@ -19,6 +19,7 @@ def set_condition(
     observed_generation: int,
     now: datetime.datetime,
 ) -> tuple[st.Condition, ...]:
+    """Set one condition of ours; its lastTransitionTime stays unless its status flips."""
     value = "True" if true else "False"
     reason_text = reason.value if isinstance(reason, st.Reason) else reason
     old = next((c for c in conditions if c.type == kind.value), None)
@@ -44,6 +45,7 @@ Cond = tuple[st.ConditionType, bool, st.Reason | str, str]
 def with_conditions(
     status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime, *changes: Cond
 ) -> st.ToolRuntimeStatus:
+    """`status` with each (type, true, reason, message) change set, in order."""
     conds = status.conditions
     for kind, true, reason, message in changes:
         conds = set_condition(
@@ -70,6 +72,7 @@ def initial_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datet
 
 
 def step_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.ToolRuntimeStatus:
+    """Progressing and Ready as a transition at step `t.step` reports them (all types present)."""
     what = f"{st.text(t.kind)} {st.arrow(t)} ({st.text(t.trigger)}): {st.text(t.step)}"
     if t.message:
         what += f"; {t.message}"
@@ -83,5 +86,6 @@ def step_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime
 
 
 def condition_true(status: st.ToolRuntimeStatus, kind: st.ConditionType) -> bool:
+    """Whether the condition `kind` is present with status True."""
     c = status.condition(kind)
     return c is not None and c.status == "True"

@@ -14,16 +14,22 @@ from baton.model import status as st
 
 
 def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """Creating: create the pod of generation `t.to` once no other pod of the runtime stands;
+    a pod of that number already there moves the transition to Connecting."""
     kinds = st.TransitionKind
     to = t.to or transitions.next_generation(o)
     name = mf.pod_name(o.name)
     named = o.pod_by_name(name)
     if named is not None and not named.owned:
-        return transitions.blocked(o, now, st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT,
-                        steady.name_conflict_message([f"pod {o.namespace}/{named.name} (uid {named.uid})"]), transitions.FOREIGN_POLL_SECONDS)
+        return transitions.blocked(
+            o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.NAME_CONFLICT,
+            message=steady.name_conflict_message([f"pod {o.namespace}/{named.name} (uid {named.uid})"]),
+            wait=transitions.FOREIGN_POLL_SECONDS)
     claimants = steady.foreign_claimants(o)
     if claimants:
-        return transitions.blocked(o, now, st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT, steady.multiple_pods_message(o, claimants), transitions.FOREIGN_POLL_SECONDS)
+        return transitions.blocked(o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.NAME_CONFLICT,
+                                   message=steady.multiple_pods_message(o, claimants),
+                                   wait=transitions.FOREIGN_POLL_SECONDS)
     # Invariant 1: never create while any other pod of this runtime still stands. The API
     # server enforces it too: every generation's pod has the runtime's name.
     others = [pod for pod in o.owned_pods() if pod.name != name]
@@ -41,7 +47,7 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
         # Suspended or config incomplete before the pod existed: start nothing, give the number up.
         # Only once the name is read fresh (ConfirmNoPod): the create may have landed with its
         # label edited off (the views never list it), and a transition ended here would forget
-        # it; the next Create would then be sent beside it (the model check, seed 600024).
+        # it; the next Create would then be sent beside it.
         status = transitions.stamped(o, now).model_copy(update={"transition": None})
         status = steady.steady_status(o.model_copy(update={"status": status}), now, None)
         status = conditions.with_conditions(status, o, now, (st.ConditionType.PROGRESSING, False, st.Reason.IDLE, ""))
@@ -51,7 +57,8 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
                         to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash,
                         attempt=None, not_before=None, message=None)
     if o.spec_error is not None:
-        return transitions.blocked(o, now, st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC, f"spec cannot be read: {o.spec_error}", None)
+        return transitions.blocked(o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.INVALID_SPEC,
+                                   message=f"spec cannot be read: {o.spec_error}", wait=None)
     # Creating is bounded by connectSeconds too: refusals back off inside it, then give up.
     deadline = t.step_started_at + transitions.seconds(o.spec.budgets.connect_seconds)
     if o.pod_rejected is not None:
@@ -91,6 +98,8 @@ def _pod_rejected(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, 
 
 
 def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """Connecting: the new pod becomes Ready and serving (then it is current), is lost (a new
+    number), or misses connectSeconds (retired, and the runtime backs off)."""
     kinds = st.TransitionKind
     pod = o.pod_by_uid(t.to_uid)
     to = t.to or 0
@@ -102,7 +111,7 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
         named = o.pod_by_name(mf.pod_name(o.name))
         if pod is None and named is not None and named.owned:
             # Another pod holds the name (a second create of this number, sent when the write of
-            # Connecting with the first one's UID was held: model seed 800036). This pass read
+            # Connecting with the first one's UID was held). This pass read
             # it by name; the next one, in Creating, would not: retire it now, by UID.
             new_t = transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=st.Trigger.POD_LOST, pod=named,
                               generation=named.generation or to, uid=named.uid, to=nxt)

@@ -30,6 +30,7 @@ def convert_to_delete(o: obs.Observed, t: st.Transition, now: datetime.datetime)
 
 
 def finalizing(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """Finalizing: retire any pod still owned, then remove the Service, the Lease and the finalizer."""
     if o.owned_pods():
         stray = o.owned_pods()[0]
         new_t = transitions.retiring(o, now, kind=st.TransitionKind.DELETE, trigger=st.Trigger.DELETED, pod=stray,

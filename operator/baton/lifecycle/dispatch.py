@@ -31,6 +31,8 @@ from baton.model import status as st
 
 
 def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
+    """The next plan for one runtime as `observed` at `now`: the finalizer first, then idle or
+    the transition in flight (a reset seen meanwhile waits for it, bounded)."""
     o = observed
     if not o.deleting and mf.FINALIZER not in o.finalizers:
         return p.Plan((p.AddFinalizer(),), 0, "add finalizer")
@@ -39,16 +41,20 @@ def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
     t = o.status.transition
     if t is None:
         return idle.idle(o, now)
-    reset_wait = verbs.pending_reset(o, t, now)
-    if isinstance(reset_wait, p.Plan):
-        return reset_wait
-    plan = _in_flight(o, t, now)
-    if reset_wait is not None and (plan.wait_seconds is None or plan.wait_seconds > reset_wait):
-        plan = dataclasses.replace(plan, wait_seconds=reset_wait)
-    return plan
+    match verbs.pending_reset(o, t, now):
+        case transitions.Act(plan=first):
+            return first
+        case transitions.Wait(seconds=reset_wait):
+            plan = _in_flight(o, t, now)
+            if plan.wait_seconds is None or plan.wait_seconds > reset_wait:
+                plan = dataclasses.replace(plan, wait_seconds=reset_wait)
+            return plan
+        case transitions.Nothing():
+            return _in_flight(o, t, now)
 
 
 def _in_flight(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """A transition in flight: a wait that needs no Lease, or the step under the Lease."""
     parked = _external_wait(o, t, now)
     if parked is not None:
         note, wait = parked
@@ -90,6 +96,8 @@ def _external_wait(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
 
 
 def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """The transition's step under the Lease: a deletion converts it, stale verbs are refused,
+    a disowned pod blocks it, otherwise the step's handler decides."""
     if o.deleting and t.kind != st.TransitionKind.DELETE:
         return deletion.convert_to_delete(o, t, now)
     if o.shutting_down:
@@ -111,8 +119,10 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     ours = o.pod_by_uid(t.from_uid) if t.retiring else (o.pod_by_uid(t.to_uid) if t.step == st.Step.CONNECTING else None)
     if ours is not None and not ours.owned:
         # Someone removed our ownerReference: the pod is not ours to relabel or delete any more.
-        return transitions.blocked(o, now, st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT,
-                        steady.name_conflict_message([f"pod {o.namespace}/{ours.name} (uid {ours.uid})"]), transitions.FOREIGN_POLL_SECONDS)
+        return transitions.blocked(
+            o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.NAME_CONFLICT,
+            message=steady.name_conflict_message([f"pod {o.namespace}/{ours.name} (uid {ours.uid})"]),
+            wait=transitions.FOREIGN_POLL_SECONDS)
     handler = {
         st.Step.STOPPING_ADMISSION: retire.stopping_admission,
         st.Step.DRAINING: retire.draining,

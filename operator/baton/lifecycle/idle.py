@@ -20,6 +20,8 @@ from baton.model import status as st
 
 
 def idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
+    """Nothing in flight: refuse stale verbs, begin the transition due (if the handoff policy lets
+    it), else keep status, the Service and claim phases as they should be."""
     status = o.status
     current = status.current
     current_pod = o.pod_by_uid(current.uid) if current else None
@@ -28,20 +30,25 @@ def idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
     if stale:
         return p.Plan(stale, 0, "stale verb refused")
 
-    start: st.Transition | float | None = _intent(o, now, current_pod)
-    if isinstance(start, st.Transition):
-        if o.shutting_down:
-            return _stand_down(o, now, "shutting down: no new transition")
-        gate = policy.handoff_gate(o, now, start)
-        if isinstance(gate, p.Plan):
-            return gate
-        if isinstance(gate, st.Transition):
-            return lease.with_lease(o, now, lambda: _begin(o, now, gate))
-        start = gate.wait  # held back by the handoff policy: the steady path below, then wait
+    wait: float | None = None  # seconds until a back-off or the handoff policy's hold ends
+    match _intent(o, now, current_pod):
+        case transitions.Start(transition=due):
+            if o.shutting_down:
+                return _stand_down(o, now, "shutting down: no new transition")
+            match policy.handoff_gate(o, now, due):
+                case transitions.Act(plan=first):
+                    return first
+                case transitions.Start(transition=go):
+                    return lease.with_lease(o, now, lambda: _begin(o, now, go))
+                case policy.PolicyHold(wait=held):
+                    wait = held  # held back by the handoff policy: the steady path below, then wait
+        case transitions.Wait(seconds=backoff):
+            wait = backoff
+        case transitions.Nothing():
+            pass
 
     service_actions = steady.service_actions(o)
     desired = steady.steady_status(o, now, current_pod)
-    wait = start  # None, or seconds until a back-off ends
     if steady.foreign_name_holders(o) or steady.foreign_claimants(o):
         # Such objects may carry none of our labels: no watch event says when they go.
         wait = transitions.FOREIGN_POLL_SECONDS if wait is None else min(wait, transitions.FOREIGN_POLL_SECONDS)
@@ -64,13 +71,16 @@ def idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
 
 
 def _stand_down(o: obs.Observed, now: datetime.datetime, note: str) -> p.Plan:
+    """Begin nothing; hand the Lease back if it names us."""
     if o.lease.holder == o.identity:
         return p.Plan((p.ReleaseLease(),), None, note)
     return p.Plan((), None, note)
 
 
-def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.Transition | float | None:
-    """The transition due now, or seconds until one may start, or None for none."""
+def _intent(
+    o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None
+) -> transitions.Start | transitions.Wait | transitions.Nothing:
+    """The transition due now (Start), or seconds until one may start (Wait), or Nothing."""
     status, current = o.status, o.status.current
     kinds = st.TransitionKind
     trig = st.Trigger
@@ -78,49 +88,49 @@ def _intent(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | 
     if o.deleting:
         victim = current_pod if current_pod is not None and current_pod.owned else (owned[0] if owned else None)
         if victim is not None:
-            return transitions.retiring(o, now, kind=kinds.DELETE, trigger=trig.DELETED, pod=victim,
-                             generation=victim.generation, uid=victim.uid)
-        return st.Transition(kind=kinds.DELETE, trigger=trig.DELETED, step=st.Step.FINALIZING,
-                             started_at=now, step_started_at=now)
+            return transitions.Start(transitions.retiring(o, now, kind=kinds.DELETE, trigger=trig.DELETED, pod=victim,
+                             generation=victim.generation, uid=victim.uid))
+        return transitions.Start(st.Transition(kind=kinds.DELETE, trigger=trig.DELETED, step=st.Step.FINALIZING,
+                             started_at=now, step_started_at=now))
     if current_pod is not None and not current_pod.owned:
-        return None  # the serving pod was disowned: never touched; Degraded NameConflict says so
+        return transitions.Nothing()  # the serving pod was disowned: never touched; Degraded NameConflict says so
     strays = [pod for pod in owned if current_pod is None or pod.uid != current_pod.uid]
     if strays:
         stray = strays[0]
-        return transitions.retiring(o, now, kind=kinds.RETIRE, trigger=trig.ORPHAN, pod=stray,
-                         generation=stray.generation, uid=stray.uid)
+        return transitions.Start(transitions.retiring(o, now, kind=kinds.RETIRE, trigger=trig.ORPHAN, pod=stray,
+                         generation=stray.generation, uid=stray.uid))
     if o.spec.suspend:
         if current_pod is not None and current is not None:
-            return transitions.retiring(o, now, kind=kinds.RETIRE, trigger=trig.SUSPENDED, pod=current_pod,
-                             generation=current.generation, uid=current.uid)
-        return None
+            return transitions.Start(transitions.retiring(o, now, kind=kinds.RETIRE, trigger=trig.SUSPENDED, pod=current_pod,
+                             generation=current.generation, uid=current.uid))
+        return transitions.Nothing()
     if steady.foreign_claimants(o) or o.spec_error is not None:
-        return None  # nothing new while a foreign pod claims the runtime, or the spec is unreadable
+        return transitions.Nothing()  # nothing new while a foreign pod claims the runtime, or the spec is unreadable
     nxt = transitions.next_generation(o)
     if current is not None:
         lost = current_pod is None or current_pod.phase in ("Failed", "Succeeded") or current_pod.deleting
         if lost:
-            return transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.POD_LOST, pod=current_pod,
+            return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.POD_LOST, pod=current_pod,
                              generation=current.generation, uid=current.uid, to=nxt,
-                             started_at=current.started_at)
+                             started_at=current.started_at))
         if o.annotations.get(mf.ANN_RESET, "").strip() == str(current.generation):
-            return transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.RESET, pod=current_pod,
-                             generation=current.generation, uid=current.uid, to=nxt)
+            return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.RESET, pod=current_pod,
+                             generation=current.generation, uid=current.uid, to=nxt))
         if current.template_hash != o.desired_hash:
             if o.missing_config_refs:
-                return None  # keep serving the old one; Degraded says why
-            return transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.TEMPLATE_CHANGED, pod=current_pod,
-                             generation=current.generation, uid=current.uid, to=nxt)
-        return None
+                return transitions.Nothing()  # keep serving the old one; Degraded says why
+            return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.TEMPLATE_CHANGED, pod=current_pod,
+                             generation=current.generation, uid=current.uid, to=nxt))
+        return transitions.Nothing()
     # Nothing serves: start a generation, unless backing off, the config is incomplete, or a
     # foreign pod holds the name (a foreign Service only goes unmanaged: Degraded says so).
     if o.missing_config_refs or steady.foreign_blocking_create(o):
-        return None
+        return transitions.Nothing()
     if status.retry and status.retry.not_before and now < status.retry.not_before:
-        return transitions.remaining(status.retry.not_before, now)
+        return transitions.Wait(transitions.remaining(status.retry.not_before, now))
     trigger = trig.RETRY if status.retry else (trig.RESUMED if status.history else trig.INITIAL)
-    return st.Transition(kind=kinds.CREATE, trigger=trigger, to=nxt, step=st.Step.CREATING,
-                         started_at=now, step_started_at=now)
+    return transitions.Start(st.Transition(kind=kinds.CREATE, trigger=trigger, to=nxt, step=st.Step.CREATING,
+                         started_at=now, step_started_at=now))
 
 
 def _stop_admission_now(o: obs.Observed, t: st.Transition, now: datetime.datetime,
@@ -136,6 +146,8 @@ def _stop_admission_now(o: obs.Observed, t: st.Transition, now: datetime.datetim
 
 
 def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
+    """Persist the transition `t` (with status under this holder) and say so; a pinned retire
+    is recorded waiting for its pins, an unpinned one sends its first label flip at once."""
     status = transitions.stamped(o, now)
     degraded = status.condition(st.ConditionType.DEGRADED)
     changes: list[conditions.Cond] = []

@@ -19,10 +19,13 @@ LEASE_EXPIRY_SLACK = 0.2
 def held_here(o: obs.Observed) -> bool:
     # lease_held_here is the executor's own judgement: renewed in time by the local monotonic
     # clock, with a safety margin. Timestamps in the Lease are never compared with our clock.
+    """Whether the Lease names this identity and this process holds it (renewed in time)."""
     return o.lease.holder == o.identity and o.lease_held_here
 
 
 def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Plan]) -> p.Plan:
+    """`then()` only under a Lease held here whose token status carries; otherwise the plan that
+    gets there (acquire, take it up past status, write our token) or waits for another holder."""
     lease, status = o.lease, o.status
     if held_here(o):
         if status.fencing_token > lease.token:

@@ -22,20 +22,24 @@ def applies(t: st.Transition, old: obs.PodInfo) -> bool:
 
 
 def pins_of(o: obs.Observed, t: st.Transition) -> pn.Pins:
+    """The claims pinning the retiring generation `t.from_`."""
     return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=o.claims_known)
 
 
 def _deadline(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> datetime.datetime:
+    """When the pins' wait ends: pinSeconds after it began (or from now)."""
     return (t.pin_wait_since or now) + transitions.seconds(o.spec.budgets.pin_seconds)
 
 
 def wait_message(o: obs.Observed, t: st.Transition, pins: pn.Pins, now: datetime.datetime) -> str:
+    """What a retire waiting for its pins says (status message and event)."""
     return (f"retiring generation {t.from_} ({st.text(t.trigger)}) waits for {pins.describe()} (CommitEligible or "
             f"Committed) before admission stops, at most budgets.pinSeconds={o.spec.budgets.pin_seconds} (until "
             f"{_deadline(o, t, now).isoformat()}); generation {t.from_} keeps serving")
 
 
 def _blocked_message(o: obs.Observed, t: st.Transition, pins: pn.Pins) -> str:
+    """What a retire blocked by pins past pinSeconds says."""
     return (f"generation {t.from_} is pinned by {pins.describe()} past budgets.pinSeconds="
             f"{o.spec.budgets.pin_seconds}: not retired ({st.text(t.trigger)}), it keeps serving; it proceeds when the "
             f'claims are Released or Abandoned, or on annotation {mf.ANN_FORCE_RETIRE}: "{t.from_}"')

@@ -40,6 +40,7 @@ def _what_changed(o: obs.Observed) -> tuple[str, ...]:
 
 
 def _pending_message(o: obs.Observed, pending: st.PendingChange) -> str:
+    """What a change held back by the handoff policy says, and until when it waits."""
     gen = o.status.current.generation if o.status.current else 0
     what = f"{', '.join(pending.changed)} changed since generation {gen} started"
     if o.spec.handoff.policy == spec_model.HandoffPolicy.MANUAL:
@@ -50,6 +51,7 @@ def _pending_message(o: obs.Observed, pending: st.PendingChange) -> str:
 
 
 def _check_interval(o: obs.Observed) -> float:
+    """Seconds between drain-probe checks of a change waiting for idle."""
     probe = o.spec.drain.probe
     return max(PENDING_CHECK_FLOOR_SECONDS, float(probe.period_seconds if probe else 0))
 
@@ -60,12 +62,16 @@ def idle_check_due(o: obs.Observed, now: datetime.datetime) -> bool:
     return o.idle_checked_at is None or (now - o.idle_checked_at).total_seconds() >= _check_interval(o)
 
 
-def handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> st.Transition | p.Plan | PolicyHold:
+def handoff_gate(
+    o: obs.Observed, now: datetime.datetime, t: st.Transition
+) -> transitions.Start | transitions.Act | PolicyHold:
     """A template change under policy WhenIdle or Manual waits; every other trigger (reset,
-    suspend, deletion, a lost pod, a stray) goes at once."""
+    suspend, deletion, a lost pod, a stray) goes at once. Start: begin `t` (perhaps with a
+    message); Act: a plan first (record the change, or take the Lease to probe); PolicyHold:
+    stay idle."""
     policy = o.spec.handoff.policy
     if t.trigger != st.Trigger.TEMPLATE_CHANGED or policy == spec_model.HandoffPolicy.IMMEDIATE:
-        return t
+        return transitions.Start(t)
     pending = o.status.pending
     if pending is None or pending.template_hash != o.desired_hash:
         # Recorded first (a status write under the Lease): the wait is bounded from `since`, kept
@@ -76,18 +82,18 @@ def handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> s
         reason = st.Reason.WAITING_FOR_RESET if policy == spec_model.HandoffPolicy.MANUAL else st.Reason.WAITING_FOR_IDLE
         status = conditions.with_conditions(transitions.stamped(o, now).model_copy(update={"pending": rec}), o, now,
                                   (st.ConditionType.UPDATE_PENDING, True, reason, msg))
-        return lease.with_lease(o, now, lambda: p.Plan(
-            (p.WriteStatus(status), p.Event("Normal", reason.value, msg)), 0, "change held back by the handoff policy"))
+        return transitions.Act(lease.with_lease(o, now, lambda: p.Plan(
+            (p.WriteStatus(status), p.Event("Normal", reason.value, msg)), 0, "change held back by the handoff policy")))
     if policy == spec_model.HandoffPolicy.MANUAL:
         return PolicyHold(None)  # until a reset names the current generation (the reset trigger)
     budget = float(o.spec.budgets.pending_seconds)
     waited = (now - pending.since).total_seconds()
     if waited >= budget:
-        return t.model_copy(update={"message": f"WhenIdle: not idle within budgets.pendingSeconds={budget:.0f}; "
-                                               "handing off anyway"})
+        return transitions.Start(t.model_copy(update={
+            "message": f"WhenIdle: not idle within budgets.pendingSeconds={budget:.0f}; handing off anyway"}))
     if o.spec.drain.probe is None or o.drain_idle:
-        return t.model_copy(update={"message": "WhenIdle: the drain probe said idle"
-                                    if o.spec.drain.probe else "WhenIdle: no drain probe to wait for"})
+        return transitions.Start(t.model_copy(update={"message": "WhenIdle: the drain probe said idle"
+                                                      if o.spec.drain.probe else "WhenIdle: no drain probe to wait for"}))
     left = budget - waited + 0.05
     interval = _check_interval(o)
     if o.idle_checked_at is not None:
@@ -99,4 +105,4 @@ def handoff_gate(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> s
     if lease.held_here(o):
         return PolicyHold(min(interval, left))  # a check was due but could not run here: look again later
     # Time to check: only the Lease holder probes, so take the Lease first.
-    return lease.with_lease(o, now, lambda: p.Plan((), 0, "WhenIdle: probe"))
+    return transitions.Act(lease.with_lease(o, now, lambda: p.Plan((), 0, "WhenIdle: probe")))

@@ -19,6 +19,7 @@ from baton.model import status as st
 
 
 def _drain_incomplete(o: obs.Observed, t: st.Transition, why: str) -> tuple[p.Action, ...]:
+    """The Warning event and count of a drain that did not finish within drainSeconds."""
     return (
         p.Event("Warning", st.Reason.DRAIN_INCOMPLETE.value,
                 f"generation {t.from_} ({t.from_pod}): {why} within drainSeconds={o.spec.budgets.drain_seconds}; terminating anyway"),
@@ -27,6 +28,8 @@ def _drain_incomplete(o: obs.Observed, t: st.Transition, why: str) -> tuple[p.Ac
 
 
 def stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """StoppingAdmission: pins first, then take the pod out of the Service and wait for the
+    EndpointSlices to drop it; Draining next (or Terminating, with no probe to ask)."""
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
@@ -53,6 +56,7 @@ def stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime
 
 
 def draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """Draining: wait for the drain probe to say idle, bounded by drainSeconds; then terminate."""
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
@@ -77,18 +81,23 @@ def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: o
 
 
 def terminating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """Terminating: delete the old pod (by UID) until it is deleting; a delete failing past
+    cleanupSeconds is a cleanup failure."""
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
     if old.deleting:
         return transitions.advance(o, t, now, st.Step.AWAITING_POD_GONE, deadline=t.deadline)
     if o.last_error is not None and t.deadline is not None and now >= t.deadline:
-        return _cleanup_failure(o, t, now, old, st.Reason.DELETE_REJECTED, f"delete of {old.name} failed: {o.last_error}")
+        return _cleanup_failure(o, t, now, old, reason=st.Reason.DELETE_REJECTED,
+                                message=f"delete of {old.name} failed: {o.last_error}")
     grace = o.spec.budgets.termination_grace_seconds
     return p.Plan((p.DeletePod(old.name, old.uid, grace),), 0 if o.last_error is None else 1.0, "delete old pod")
 
 
 def awaiting_pod_gone(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """AwaitingPodGone: wait for the old pod's UID to be gone, bounded by cleanupSeconds (a
+    forced recovery deletes it with grace 0)."""
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
@@ -98,8 +107,8 @@ def awaiting_pod_gone(o: obs.Observed, t: st.Transition, now: datetime.datetime)
         return p.Plan((), 1.0, "force-deleted; awaiting pod gone")
     if t.deadline is not None and now >= t.deadline:
         return _cleanup_failure(
-            o, t, now, old, st.Reason.POD_STUCK_TERMINATING,
-            f"pod {old.name} (uid {old.uid}) still exists {o.spec.budgets.cleanup_seconds}s after its delete"
+            o, t, now, old, reason=st.Reason.POD_STUCK_TERMINATING,
+            message=f"pod {old.name} (uid {old.uid}) still exists {o.spec.budgets.cleanup_seconds}s after its delete"
             + (f"; finalizers: {', '.join(old.finalizers)}" if old.finalizers else ""),
         )
     wait = transitions.remaining(t.deadline, now)
@@ -110,8 +119,10 @@ def awaiting_pod_gone(o: obs.Observed, t: st.Transition, now: datetime.datetime)
 
 
 def _cleanup_failure(
-    o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo, reason: st.Reason, message: str
+    o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo, *, reason: st.Reason, message: str
 ) -> p.Plan:
+    """Advance to CleanupFailed: the condition, a Warning event, a count, and the failure recorded
+    in status.lastCleanupFailure."""
     failure = st.CleanupFailure(generation=t.from_ or 0, pod=old.name, uid=old.uid, reason=reason, message=message, at=now)
     hint = (
         "force-deleting (recovery.onCleanupFailure=Force)"
@@ -133,6 +144,8 @@ def _cleanup_failure(
 
 
 def cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """CleanupFailed: held until the pod is gone, a force-recovery naming its generation, or
+    policy Force; other values are refused as stale."""
     old = o.pod_by_uid(t.from_uid)
     failed = o.status.last_cleanup_failure
     failed_gen = failed.generation if failed else (t.from_ or 0)
@@ -169,13 +182,14 @@ def cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
 
 
 def _outcome(o: obs.Observed, t: st.Transition, *, retired_current: bool) -> st.Outcome:
+    """How the retired generation's history entry ends."""
     if t.forced:
         return st.Outcome.FORCE_RECOVERED
     if o.deleting or t.kind == st.TransitionKind.DELETE:
         return st.Outcome.DELETED
     if t.trigger == st.Trigger.RESET and not retired_current:
         # A reset names the serving generation. Another pod retired on the way (a late create,
-        # a pod found holding the name) was not reset: the model check, seed 1000020.
+        # a pod found holding the name) was not reset.
         return st.Outcome.RETIRED
     outcomes: dict[st.Trigger | str, st.Outcome] = {
         st.Trigger.RESET: st.Outcome.RESET,

@@ -30,11 +30,13 @@ def foreign_claimants(o: obs.Observed) -> list[obs.PodInfo]:
 
 
 def name_conflict_message(squatters: list[str]) -> str:
+    """The NameConflict message naming the objects that hold the runtime's names."""
     return (", ".join(squatters) + " has this runtime's name but is not owned by it: Baton does not "
             "touch it and starts no generation under that name until it is gone")
 
 
 def multiple_pods_message(o: obs.Observed, claimants: list[obs.PodInfo]) -> str:
+    """The MultiplePods message naming the foreign claimants."""
     names = ", ".join(f"{pod.name} (uid {pod.uid})" for pod in claimants)
     return (f"pods labelled {mf.LABEL_RUNTIME}={o.name} but not owned by it: {names}; nothing is created "
             "until only one pod of the runtime remains")
@@ -77,10 +79,12 @@ def new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[
 
 
 def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
+    """Status between transitions: pending change and reset cleared when stale, and Ready,
+    Suspended, Degraded as the runtime stands; `status` itself when nothing changes."""
     status = o.status
     if status.pending_reset is not None and status.pending_reset.value != o.annotations.get(mf.ANN_RESET):
         # The reset it recorded was refused or consumed once the transition had ended: a wait left
-        # behind would shorten the wait of a later reset with the same value (found by tests/chaos).
+        # behind would shorten the wait of a later reset with the same value.
         status = status.model_copy(update={"pending_reset": None})
     current = status.current
     if (status.pending is not None or conditions.condition_true(status, st.ConditionType.UPDATE_PENDING)) and (
@@ -148,6 +152,7 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
 
 
 def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    """Ensure or delete the runtime's Service as spec.service says; never touch a foreign one."""
     if o.service.exists and not o.service.owned:
         return ()  # someone else's Service with this name: never patched or deleted
     if o.spec.service is None:

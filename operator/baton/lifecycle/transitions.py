@@ -3,6 +3,7 @@ budgets, generation numbers and back-offs."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 
@@ -12,10 +13,7 @@ from baton.lifecycle import plan as p
 from baton.model import observed as obs
 from baton.model import status as st
 
-
 MAX_BACKOFF_SECONDS = 300.0
-
-
 HISTORY_LIMIT = 10
 
 
@@ -44,16 +42,19 @@ def stamped(o: obs.Observed, now: datetime.datetime) -> st.ToolRuntimeStatus:
 
 
 def seconds(n: float) -> datetime.timedelta:
+    """`n` seconds as a timedelta."""
     return datetime.timedelta(seconds=n)
 
 
 def remaining(deadline: datetime.datetime | None, now: datetime.datetime) -> float:
+    """Seconds from `now` until `deadline` (0 when past or None)."""
     if deadline is None:
         return 0.0
     return max(0.0, (deadline - now).total_seconds())
 
 
 def next_generation(o: obs.Observed) -> int:
+    """One above every generation number seen: status, history and the pods in view."""
     seen = [o.status.latest_generation]
     if o.status.current:
         seen.append(o.status.current.generation)
@@ -93,7 +94,8 @@ def retiring(
 
 
 def blocked(
-    o: obs.Observed, now: datetime.datetime, kind: st.ConditionType, reason: st.Reason, message: str, wait: float | None
+    o: obs.Observed, now: datetime.datetime, *, kind: st.ConditionType, reason: st.Reason, message: str,
+    wait: float | None,
 ) -> p.Plan:
     """Say once (condition, Warning event, count) why the transition cannot go on; then wait."""
     c = o.status.condition(kind)
@@ -118,6 +120,8 @@ def advance(
     also_conditions: tuple[conditions.Cond, ...] = (),
     **changes: object,
 ) -> p.Plan:
+    """Move `t` to `step` (the step's time, its deadline, further fields) and persist it, with
+    the step's duration recorded and `extra` actions after the write."""
     new_t = t.model_copy(update={"step": step, "step_started_at": now, "deadline": deadline, **changes})
     status = stamped(o, now).model_copy(update={"transition": new_t})
     if new_t.to:
@@ -131,11 +135,13 @@ def advance(
 
 
 def step_timing(t: st.Transition, now: datetime.datetime) -> p.Record:
+    """The duration metric of the step `t` is leaving."""
     return p.Record(p.Metric.STEP_DURATION, (("step", st.text(t.step)),),
                     max(0.0, (now - t.step_started_at).total_seconds()))
 
 
 def backoff_seconds(attempt: int, base: float) -> float:
+    """Exponential back-off after a failed start: `base` doubled per attempt, capped."""
     return float(min(MAX_BACKOFF_SECONDS, base * (2 ** max(0, attempt - 1))))
 
 
@@ -145,3 +151,32 @@ def refusal_backoff_seconds(*, attempt: int, seed: str) -> float:
     base = min(REFUSAL_BACKOFF_CAP_SECONDS, REFUSAL_BACKOFF_BASE_SECONDS * 2 ** max(0, attempt - 1))
     digest = hashlib.sha256(f"{seed}/{attempt}".encode()).digest()
     return float(base * (0.8 + 0.4 * digest[0] / 255))
+
+
+# What a helper between transitions answers, for its caller to match on.
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """This transition may begin now."""
+
+    transition: st.Transition
+
+
+@dataclasses.dataclass(frozen=True)
+class Act:
+    """Carry out this plan first (a status write, taking the Lease); decide again after it."""
+
+    plan: p.Plan
+
+
+@dataclasses.dataclass(frozen=True)
+class Wait:
+    """Nothing to do yet: look again after `seconds`."""
+
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Nothing:
+    """Nothing to do and nothing to wait for."""

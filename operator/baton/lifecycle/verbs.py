@@ -12,28 +12,31 @@ from baton.model import observed as obs
 from baton.model import status as st
 
 
-def pending_reset(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan | float | None:
+def pending_reset(
+    o: obs.Observed, t: st.Transition, now: datetime.datetime
+) -> transitions.Act | transitions.Wait | transitions.Nothing:
     """A reset that arrives mid-transition waits for it, bounded by lockSeconds.
 
     When it is first seen, the holder persists it with the time (status.pendingReset), so the
     bound holds across replicas and restarts. Within the bound: seconds left (it is re-checked
     against the then-current generation once the transition ends). Past it: refused as stale,
-    touching nothing.
+    touching nothing. No reset annotation: Nothing.
     """
     value = o.annotations.get(mf.ANN_RESET)
     if value is None:
-        return None
+        return transitions.Nothing()
     pending = o.status.pending_reset
     if pending is None or pending.value != value:
         if o.shutting_down and not lease.held_here(o):
-            return None
+            return transitions.Nothing()
         recorded = transitions.stamped(o, now).model_copy(update={"pending_reset": st.PendingReset(value=value, since=now)})
-        return lease.with_lease(o, now, lambda: p.Plan((p.WriteStatus(recorded),), 0, "reset seen mid-transition: recorded"))
+        return transitions.Act(lease.with_lease(
+            o, now, lambda: p.Plan((p.WriteStatus(recorded),), 0, "reset seen mid-transition: recorded")))
     budget = float(o.spec.budgets.lock_seconds)
     waited = (now - pending.since).total_seconds()
     if waited < budget:
-        return budget - waited + 0.05
-    return p.Plan(
+        return transitions.Wait(budget - waited + 0.05)
+    return transitions.Act(p.Plan(
         (
             p.RemoveAnnotation(mf.ANN_RESET, value, consumes=True),
             p.Event("Warning", st.Reason.STALE_RESET.value,
@@ -43,10 +46,12 @@ def pending_reset(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> 
         ),
         0,
         "reset waited past lockSeconds",
-    )
+    ))
 
 
 def stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Action, ...]:
+    """Between transitions: refuse a reset not naming the serving generation, and any
+    force-recovery or force-retire (nothing waits for them)."""
     actions: list[p.Action] = []
     current = o.status.current
     reset = o.annotations.get(mf.ANN_RESET)
@@ -77,6 +82,7 @@ def stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Act
 
 
 def stale_force_recovery(o: obs.Observed, value: str, why: str) -> list[p.Action]:
+    """Refuse a force-recovery annotation: remove it, say why, count it."""
     return [
         p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value, consumes=True),
         p.Event("Warning", st.Reason.STALE_FORCE_RECOVERY.value,
@@ -86,6 +92,7 @@ def stale_force_recovery(o: obs.Observed, value: str, why: str) -> list[p.Action
 
 
 def stale_force_retire(value: str, why: str) -> list[p.Action]:
+    """Refuse a force-retire annotation: remove it, say why, count it."""
     return [
         p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, value, consumes=True),
         p.Event("Warning", st.Reason.STALE_FORCE_RETIRE.value,
