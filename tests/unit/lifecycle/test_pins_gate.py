@@ -20,8 +20,8 @@ from baton.model import claims as cm
 from baton.model import observed as obs
 from baton.model import status as st
 
-from . import builders as b
-from .expect import WS, Ev, Rec, Unannotate, check_plan
+from .. import builders as b
+from ..expect import WS, Ev, Rec, Unannotate, check_plan
 
 pytestmark = pytest.mark.unit
 

@@ -1,6 +1,6 @@
 """decide() against foreign actors and bad input (issue "Guarantees that hold against foreign
 actors..."): ownership, one name per runtime, refusals with back-off, Lease expiry judged by
-local observation, tolerant status, persisted verb waits. Table rows as in test_decide.py.
+local observation, tolerant status, persisted verb waits. Table rows as in test_idle.py.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from baton.lifecycle import decide, transitions
 from baton.model import observed as obs
 from baton.model import status as st
 
-from . import builders as b
-from .expect import WS, Ev, NewPod, Rec, Unannotate, check_plan, step_time
+from .. import builders as b
+from ..expect import Ev, NewPod, Rec, Unannotate, WS, case, check_plan, step_time
 
 pytestmark = pytest.mark.unit
 
@@ -27,10 +27,6 @@ M = p.Metric
 NOW, at, uid = b.NOW, b.at, b.uid
 RESET = mf.ANN_RESET
 OLD_QUIET = b.pod(7, serving=False)
-
-
-def case(id: str, o: obs.Observed, expected: list[Any], wait: float | None, now: datetime.datetime = NOW) -> Any:
-    return pytest.param(o, now, expected, wait, id=id)
 
 
 def foreign(name: str = b.RT, *, labelled: bool = False, uid_: str = "uid-foreign") -> obs.PodInfo:
