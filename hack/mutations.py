@@ -25,7 +25,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
-UNIT = ["tests/unit/test_decide.py", "tests/unit/test_decide_guarantees.py", "tests/unit/test_decide_pins.py"]
+# decide()'s own tables (the room-by-room files, the guarantees, the pin gate).
+UNIT = [f"tests/unit/lifecycle/test_{room}.py" for room in (
+    "idle", "retire", "create", "lease", "deletion", "dispatch", "conditions", "scenarios", "guarantees", "pins_gate")]
 MODEL = ["tests/model"]
 
 
@@ -35,15 +37,25 @@ class Mutation:
     what: str
     path: str
     edits: tuple[tuple[str, str], ...]  # (exact old text, new text): each old text occurs once
+    # Edits of one bug that lands in further files: (path, exact old text, new text).
+    elsewhere: tuple[tuple[str, str, str], ...] = ()
+
+    def files(self) -> dict[str, list[tuple[str, str]]]:
+        """Each file this mutation edits, with its edits in order."""
+        out: dict[str, list[tuple[str, str]]] = {self.path: list(self.edits)}
+        for path, old, new in self.elsewhere:
+            out.setdefault(path, []).append((old, new))
+        return out
 
 
 MUTATIONS = [
     Mutation(
         "create-before-gone", "a terminating pod counts as gone, and Creating does not look for other pods",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/retire.py",
         (("    old = o.pod_by_uid(t.from_uid)\n    if old is None:\n        return _retire_done(o, t, now)\n    if t.forced:",
-          "    old = o.pod_by_uid(t.from_uid)\n    if old is None or old.deleting:\n        return _retire_done(o, t, now)\n    if t.forced:"),
-         ("    if others:\n        stray = others[0]", "    if False:\n        stray = others[0]")),
+          "    old = o.pod_by_uid(t.from_uid)\n    if old is None or old.deleting:\n        return _retire_done(o, t, now)\n    if t.forced:"),),
+        elsewhere=(("operator/baton/lifecycle/create.py", "    if others:\n        stray = others[0]",
+                    "    if False:\n        stray = others[0]"),),
     ),
     Mutation(
         "skip-fencing-check", "the executor acts on pods without a fresh Lease",
@@ -53,27 +65,27 @@ MUTATIONS = [
     ),
     Mutation(
         "release-before-persist", "a step's plan hands the Lease back before its status write",
-        "operator/baton/lifecycle/decide.py",
-        (("        (p.WriteStatus(status), _step_timing(t, now), *extra),\n        0,\n        f\"{_v(t.step)} -> {step.value}\",",
-          "        (p.ReleaseLease(), p.WriteStatus(status), _step_timing(t, now), *extra),\n        0,\n        f\"{_v(t.step)} -> {step.value}\","),),
+        "operator/baton/lifecycle/transitions.py",
+        (("        (p.WriteStatus(status), step_timing(t, now), *extra),\n        0,\n        f\"{st.text(t.step)} -> {step.value}\",",
+          "        (p.ReleaseLease(), p.WriteStatus(status), step_timing(t, now), *extra),\n        0,\n        f\"{st.text(t.step)} -> {step.value}\","),),
     ),
     Mutation(
         "clear-cleanupfailed-on-restart", "a new holder resuming a transition writes CleanupFailed=False",
-        "operator/baton/lifecycle/decide.py",
-        (("            # Resuming someone's transition: write our token before any step is acted on.\n            resumed = _base(o, now)",
-          "            # Resuming someone's transition: write our token before any step is acted on.\n            resumed = _with_conditions(_base(o, now), o, now, (C.CLEANUP_FAILED, False, R.CLEAN, \"\"))"),),
+        "operator/baton/lifecycle/lease.py",
+        (("            # Resuming someone's transition: write our token before any step is acted on.\n            resumed = transitions.stamped(o, now)",
+          "            # Resuming someone's transition: write our token before any step is acted on.\n            resumed = conditions.with_conditions(transitions.stamped(o, now), o, now, (st.ConditionType.CLEANUP_FAILED, False, st.Reason.CLEAN, \"\"))"),),
     ),
     Mutation(
         "accept-stale-reset", "a reset naming any generation hands off the current one",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/verbs.py",
         (("            and reset.strip() == str(current.generation)\n        )",
-          "        )"),
-         ("        if o.annotations.get(mf.ANN_RESET, \"\").strip() == str(current.generation):",
-          "        if mf.ANN_RESET in o.annotations:")),
+          "        )"),),
+        elsewhere=(("operator/baton/lifecycle/idle.py", "        if o.annotations.get(mf.ANN_RESET, \"\").strip() == str(current.generation):",
+                    "        if mf.ANN_RESET in o.annotations:"),),
     ),
     Mutation(
         "drop-drain-deadline", "Draining waits for the probe with no deadline",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/retire.py",
         (("    if t.deadline is not None and now >= t.deadline:\n        why = \"the drain probe did not answer 200\"",
           "    if False:\n        why = \"the drain probe did not answer 200\""),),
     ),
@@ -99,27 +111,27 @@ MUTATIONS = [
     ),
     Mutation(
         "ignore-pins", "a retire stops admission whatever claims pin the generation",
-        "operator/baton/lifecycle/decide.py",
-        (("    if not _pin_gate_applies(t, old) or t.force_retired:\n        return None",
-          "    if True:\n        return None"),
-         ("    pin_wait = _pin_parked(o, t, now)\n    if pin_wait is not None:",
-          "    pin_wait = None\n    if pin_wait is not None:")),
+        "operator/baton/lifecycle/pin_gate.py",
+        (("    if not applies(t, old) or t.force_retired:\n        return None",
+          "    if True:\n        return None"),),
+        elsewhere=(("operator/baton/lifecycle/dispatch.py", "    pin_wait = pin_gate.external_wait(o, t, now)\n    if pin_wait is not None:",
+                    "    pin_wait = None\n    if pin_wait is not None:"),),
     ),
     Mutation(
         "pins-fail-open", "claims not (yet) listed count as no claims",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/pin_gate.py",
         (("    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=o.claims_known)",
           "    return pn.pins(claims=o.claims, runtime=o.name, generation=t.from_ or 0, known=True)"),),
     ),
     Mutation(
         "stale-holder-not-fenced-out", "a holder ignores a newer token in status (decide's own fence)",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/lease.py",
         (("        if status.fencing_token > lease.token:",
           "        if False and status.fencing_token > lease.token:"),),
     ),
     Mutation(
         "forget-latest-generation", "the next generation number ignores status.latestGeneration",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/transitions.py",
         (("    seen = [o.status.latest_generation]\n",
           "    seen = [0]\n"),),
     ),
@@ -131,7 +143,7 @@ MUTATIONS = [
     ),
     Mutation(
         "end-creating-unread", "a Creating transition ends (suspended) without reading the pod name first",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/create.py",
         (("        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status)), 0, \"nothing to create\")\n",
           "        return p.Plan((p.WriteStatus(status),), 0, \"nothing to create\")\n"),),
     ),
@@ -142,13 +154,13 @@ MUTATIONS = [
     ),
     Mutation(
         "lost-pod-ignores-name", "a Connecting transition whose pod is lost ignores another pod holding the name",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/create.py",
         (("        if pod is None and named is not None and named.owned:\n",
           "        if False and pod is None and named is not None and named.owned:\n"),),
     ),
     Mutation(
         "stray-recorded-as-reset", "a stray retired by a reset's handoff is recorded as Reset",
-        "operator/baton/lifecycle/decide.py",
+        "operator/baton/lifecycle/retire.py",
         (("    if t.trigger == st.Trigger.RESET and not retired_current:\n",
           "    if False and t.trigger == st.Trigger.RESET and not retired_current:\n"),),
     ),
@@ -189,16 +201,22 @@ def model_verdict(out: str, rc: int) -> str:
     return text[:110]
 
 
-def apply(m: Mutation) -> str:
-    path = ROOT / m.path
-    original = path.read_text()
-    text = original
-    for old, new in m.edits:
-        if text.count(old) != 1:
-            raise SystemExit(f"{m.name}: the text to mutate occurs {text.count(old)} times in {m.path}")
-        text = text.replace(old, new)
-    path.write_text(text)
-    return original
+def apply(m: Mutation) -> dict[Path, str]:
+    """Mutate every file of `m`; returns each file's original text. Nothing is written unless
+    every old text occurs exactly once."""
+    originals: dict[Path, str] = {}
+    mutated: dict[Path, str] = {}
+    for rel, edits in m.files().items():
+        path = ROOT / rel
+        originals[path] = text = path.read_text()
+        for old, new in edits:
+            if text.count(old) != 1:
+                raise SystemExit(f"{m.name}: the text to mutate occurs {text.count(old)} times in {rel}")
+            text = text.replace(old, new)
+        mutated[path] = text
+    for path, text in mutated.items():
+        path.write_text(text)
+    return originals
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -212,7 +230,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.list:
         for m in MUTATIONS:
-            print(f"{m.name}: {m.what} ({m.path})")
+            print(f"{m.name}: {m.what} ({', '.join(m.files())})")
         return 0
     known = {m.name for m in MUTATIONS}
     unknown = [n for n in args.names if n not in known]
@@ -228,8 +246,7 @@ def main(argv: list[str]) -> int:
     if dirty:
         raise SystemExit("operator/ has uncommitted changes: commit or stash them first (the script restores by content)")
     for m in chosen:
-        path = ROOT / m.path
-        original = apply(m)
+        originals = apply(m)
         t0 = time.monotonic()
         try:
             rc_u, out_u = run([PY, "-m", "pytest", *UNIT, "-q", "-x", "-p", "no:cacheprovider"])
@@ -238,7 +255,8 @@ def main(argv: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 rc_m, out_m = 1, "E   AssertionError: model run exceeded 600 s (a hang is a finding too)"
         finally:
-            path.write_text(original)
+            for path, original in originals.items():
+                path.write_text(original)
         u, mv = unit_verdict(out_u, rc_u), model_verdict(out_m, rc_m)
         rows.append((m.name, u, mv, f"{time.monotonic() - t0:.0f}s"))
         print(f"{m.name}: unit {u} | model {mv}", file=sys.stderr, flush=True)

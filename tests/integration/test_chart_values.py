@@ -289,7 +289,7 @@ def notes(chart: Path, *args: str) -> str:
 
 
 def test_notes_say_what_an_unreadable_secret_does(notes_chart: Path) -> None:
-    """The operator (k8s/configrefs.py, lifecycle/decide.py): a referenced Secret it may not read
+    """The operator (k8s/configrefs.py, lifecycle/steady.py): a referenced Secret it may not read
     blocks nothing; Degraded=True ConfigRefUnreadable says its changes start no handoff."""
     default = notes(notes_chart)
     assert "It may NOT read Secrets (rbac.readSecrets=auto, all namespaces)" in default

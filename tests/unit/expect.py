@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import re
 from typing import Any
 
+import pytest
+
+from baton import lifecycle
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import observed as obs
 from baton.model import status as st
 
 from . import builders as b
@@ -154,3 +159,13 @@ def check_plan(plan: p.Plan, expected: list[Any], wait: float | None) -> None:
     else:
         assert plan.wait_seconds is not None, f"wait None ({plan.note})"
         assert abs(plan.wait_seconds - wait) < 1e-6, f"wait {plan.wait_seconds}, want {wait} ({plan.note})"
+
+
+def case(id: str, o: obs.Observed, expected: list[Any], wait: float | None, now: datetime.datetime = b.NOW) -> Any:
+    """One row of a decide() table: the observation, the clock, the actions expected, the wait."""
+    return pytest.param(o, now, expected, wait, id=id)
+
+
+def check_decide(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
+    """decide(o, now) returns exactly `expected` and waits `wait`."""
+    check_plan(lifecycle.decide(o, now), expected, wait)

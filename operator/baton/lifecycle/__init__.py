@@ -4,6 +4,7 @@ No I/O: no kubernetes, kopf or network imports (an import-linter contract enforc
 clock is a parameter; waiting is returned as data.
 """
 
-from baton.lifecycle.decide import decide, idle_check_due
+from baton.lifecycle.dispatch import decide
+from baton.lifecycle.policy import idle_check_due
 
 __all__ = ["decide", "idle_check_due"]

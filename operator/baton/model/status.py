@@ -255,3 +255,15 @@ class ToolRuntimeStatus(base.Model):
             if c.type == kind.value:
                 return c
         return None
+
+
+def text(value: enum.Enum | str) -> str:
+    """The wire text of a known enum member or of a value this version does not know."""
+    return str(value.value) if isinstance(value, enum.Enum) else str(value)
+
+
+def arrow(t: Transition) -> str:
+    """A transition's generations as "g4→g5" ("-" for none)."""
+    a = f"g{t.from_}" if t.from_ else "-"
+    b = f"g{t.to}" if t.to else "-"
+    return f"{a}→{b}"

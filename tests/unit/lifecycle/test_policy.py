@@ -1,7 +1,7 @@
 """spec.handoff.policy (issue 10, step 1): Immediate hands a change off at once; WhenIdle waits for
 the drain probe to say idle, at most budgets.pendingSeconds; Manual waits for a reset naming the
 current generation. A waiting change shows UpdatePending=True and status.pending; a reset,
-suspend or deletion is never delayed. Table rows as in test_decide.py, frozen clock.
+suspend or deletion is never delayed. Table rows as in test_idle.py, frozen clock.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
+from baton.lifecycle import decide
 from baton.model import observed as obs
 from baton.model import spec as sp
 from baton.model import status as st
 
-from . import builders as b
-from .expect import WS, Ev, Unannotate, check_plan
+from .. import builders as b
+from ..expect import Ev, Unannotate, WS, case, check_plan
 
 pytestmark = pytest.mark.unit
 
@@ -44,10 +44,6 @@ def waiting(policy: P, *, since: float = -10.0, template_hash: str = b.HASH2,
 # The serving g7 taken out of its Service in the plan that starts its retire (nothing pins it).
 FLIP = p.SetServing(b.name(7), "uid-7", False, pins_of=7)
 LOST_FLIP = p.SetServing(b.name(7), "uid-7", False)  # a lost pod is not pinned: no pin gate
-
-
-def case(id: str, o: obs.Observed, expected: list[Any], wait: float | None, now: datetime.datetime = NOW) -> Any:
-    return pytest.param(o, now, expected, wait, id=id)
 
 
 BEGIN_HANDOFF = {"transition.kind": K.HANDOFF, "transition.step": S.STOPPING_ADMISSION, "transition.to": 8}

@@ -15,13 +15,13 @@ from hypothesis import strategies as hs
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import pins as pn
 from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
+from baton.lifecycle import decide
 from baton.model import claims as cm
 from baton.model import observed as obs
 from baton.model import status as st
 
-from . import builders as b
-from .expect import WS, Ev, Rec, Unannotate, check_plan
+from .. import builders as b
+from ..expect import WS, Ev, Rec, Unannotate, check_plan
 
 pytestmark = pytest.mark.unit
 

@@ -1,12 +1,11 @@
 """decide() against foreign actors and bad input (issue "Guarantees that hold against foreign
 actors..."): ownership, one name per runtime, refusals with back-off, Lease expiry judged by
-local observation, tolerant status, persisted verb waits. Table rows as in test_decide.py.
+local observation, tolerant status, persisted verb waits. Table rows as in test_idle.py.
 """
 
 from __future__ import annotations
 
 import datetime
-import importlib
 from typing import Any
 
 import pytest
@@ -14,26 +13,20 @@ import pytest
 from baton.lifecycle import conditions as conds
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
-from baton.lifecycle.decide import decide
+from baton.lifecycle import decide, transitions
 from baton.model import observed as obs
 from baton.model import status as st
 
-from . import builders as b
-from .expect import WS, Ev, NewPod, Rec, Unannotate, check_plan, step_time
+from .. import builders as b
+from ..expect import Ev, NewPod, Rec, Unannotate, WS, case, check_plan, step_time
 
 pytestmark = pytest.mark.unit
-# The package re-exports the function under the module's name; fetch the module itself.
-decide_mod = importlib.import_module("baton.lifecycle.decide")
 
 S, K, T, C = st.Step, st.TransitionKind, st.Trigger, st.ConditionType
 M = p.Metric
 NOW, at, uid = b.NOW, b.at, b.uid
 RESET = mf.ANN_RESET
 OLD_QUIET = b.pod(7, serving=False)
-
-
-def case(id: str, o: obs.Observed, expected: list[Any], wait: float | None, now: datetime.datetime = NOW) -> Any:
-    return pytest.param(o, now, expected, wait, id=id)
 
 
 def foreign(name: str = b.RT, *, labelled: bool = False, uid_: str = "uid-foreign") -> obs.PodInfo:
@@ -160,12 +153,12 @@ def test_refused_create_waits_without_lease_then_tries_again() -> None:
 
 
 def test_refusal_backoff_grows_and_jitters_but_is_deterministic() -> None:
-    seen = [decide_mod.refusal_backoff_seconds(attempt=n, seed="rt") for n in range(1, 9)]
+    seen = [transitions.refusal_backoff_seconds(attempt=n, seed="rt") for n in range(1, 9)]
     for n, s in enumerate(seen, start=1):
         base = min(60.0, 2.0 ** (n - 1))
         assert 0.8 * base <= s <= 1.2 * base
-    assert seen == [decide_mod.refusal_backoff_seconds(attempt=n, seed="rt") for n in range(1, 9)]
-    assert seen != [decide_mod.refusal_backoff_seconds(attempt=n, seed="other") for n in range(1, 9)]
+    assert seen == [transitions.refusal_backoff_seconds(attempt=n, seed="rt") for n in range(1, 9)]
+    assert seen != [transitions.refusal_backoff_seconds(attempt=n, seed="other") for n in range(1, 9)]
 
 
 def test_refusals_within_connect_seconds_are_bounded() -> None:

@@ -1,0 +1,175 @@
+"""Status between transitions: conditions, the Service, claim phases, and foreign objects."""
+
+from __future__ import annotations
+
+import datetime
+
+from baton.lifecycle import conditions
+from baton.lifecycle import manifests as mf
+from baton.lifecycle import plan as p
+from baton.model import claims as claims_model
+from baton.model import observed as obs
+from baton.model import spec as spec_model
+from baton.model import status as st
+
+
+def foreign_name_holders(o: obs.Observed) -> list[str]:
+    """Objects holding one of the runtime's names that the runtime does not own."""
+    found = []
+    named = o.pod_by_name(mf.pod_name(o.name))
+    if named is not None and not named.owned:
+        found.append(f"pod {o.namespace}/{named.name} (uid {named.uid})")
+    if o.spec.service is not None and o.service.exists and not o.service.owned:
+        found.append(f"Service {o.namespace}/{o.name}")
+    return found
+
+
+def foreign_claimants(o: obs.Observed) -> list[obs.PodInfo]:
+    """Pods labelled for this runtime under another name that it does not own (never touched)."""
+    return [pod for pod in o.pods if not pod.owned and pod.labelled and pod.name != mf.pod_name(o.name)]
+
+
+def name_conflict_message(squatters: list[str]) -> str:
+    """The NameConflict message naming the objects that hold the runtime's names."""
+    return (", ".join(squatters) + " has this runtime's name but is not owned by it: Baton does not "
+            "touch it and starts no generation under that name until it is gone")
+
+
+def multiple_pods_message(o: obs.Observed, claimants: list[obs.PodInfo]) -> str:
+    """The MultiplePods message naming the foreign claimants."""
+    names = ", ".join(f"{pod.name} (uid {pod.uid})" for pod in claimants)
+    return (f"pods labelled {mf.LABEL_RUNTIME}={o.name} but not owned by it: {names}; nothing is created "
+            "until only one pod of the runtime remains")
+
+
+def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
+    """Bound while the claimed generation exists; Stale once it is gone (it then pins nothing).
+    Written only between transitions, each claim once per change."""
+    current = o.status.current
+    live = {pod.generation for pod in o.owned_pods() if pod.generation is not None}
+    if current is not None:
+        live.add(current.generation)
+    allocated = max([o.status.latest_generation, *live, 0])
+    actions: list[p.Action] = []
+    for c in o.claims:
+        if c.generation in live:
+            want, msg = claims_model.ClaimPhase.BOUND, f"generation {c.generation} of {o.name} exists"
+        elif c.generation <= allocated:
+            want, msg = claims_model.ClaimPhase.STALE, (
+                f"generation {c.generation} of {o.name} is gone" + (f" (now {current.generation})" if current else ""))
+        else:
+            continue  # a generation not started yet: nothing to say
+        if c.phase != want.value and c.uid:
+            actions.append(p.SetClaimPhase(c.name, c.uid, want.value, msg))
+    return tuple(actions)
+
+
+def new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
+    """A Warning event (and a count) when a condition newly reports a conflict: said once."""
+    actions: list[p.Action] = []
+    for kind, reason in ((st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT), (st.ConditionType.READY, st.Reason.MULTIPLE_PODS), (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC)):
+        before, after = old.condition(kind), new.condition(kind)
+        if after is not None and after.reason == reason.value and (
+            before is None or before.reason != reason.value or before.message != after.message
+        ):
+            actions.append(p.Event("Warning", reason.value, after.message))
+            if reason != st.Reason.INVALID_SPEC:
+                actions.append(p.Record(p.Metric.NAME_CONFLICTS, (("kind", reason.value),)))
+    return tuple(actions)
+
+
+def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodInfo | None) -> st.ToolRuntimeStatus:
+    """Status between transitions: pending change and reset cleared when stale, and Ready,
+    Suspended, Degraded as the runtime stands; `status` itself when nothing changes."""
+    status = o.status
+    if status.pending_reset is not None and status.pending_reset.value != o.annotations.get(mf.ANN_RESET):
+        # The reset it recorded was refused or consumed once the transition had ended: a wait left
+        # behind would shorten the wait of a later reset with the same value.
+        status = status.model_copy(update={"pending_reset": None})
+    current = status.current
+    if (status.pending is not None or conditions.condition_true(status, st.ConditionType.UPDATE_PENDING)) and (
+            current is None or current.template_hash == o.desired_hash):
+        # The change was undone (or nothing serves to hold back): nothing waits any more.
+        status = conditions.with_conditions(status.model_copy(update={"pending": None}), o, now,
+                                  (st.ConditionType.UPDATE_PENDING, False, st.Reason.UP_TO_DATE, "the spec matches the serving generation"))
+    squatters = foreign_name_holders(o)
+    claimants = foreign_claimants(o)
+    if (not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs
+            and not squatters and not claimants and o.spec_error is None):
+        return status  # the first transition writes the initial conditions
+    changes: list[conditions.Cond] = [(st.ConditionType.PROGRESSING, False, st.Reason.IDLE, "")]
+    if o.spec.suspend:
+        changes += [
+            (st.ConditionType.SUSPENDED, True, st.Reason.SUSPENDED, "spec.suspend is true: no generation runs"),
+            (st.ConditionType.READY, False, st.Reason.SUSPENDED, "suspended"),
+        ]
+    else:
+        changes.append((st.ConditionType.SUSPENDED, False, st.Reason.ACTIVE, ""))
+        current = status.current
+        if claimants:
+            changes.append((st.ConditionType.READY, False, st.Reason.MULTIPLE_PODS, multiple_pods_message(o, claimants)))
+        elif current is not None and current_pod is not None and not current_pod.owned:
+            changes.append((st.ConditionType.READY, False, st.Reason.NAME_CONFLICT,
+                            f"pod {current_pod.name} of generation {current.generation} is no longer owned by this "
+                            "runtime (its ownerReference was removed)"))
+        elif current is not None and current_pod is not None:
+            # The serving pod's readiness, as its kubelet reports it (no handoff: it may recover).
+            if current_pod.ready:
+                changes.append((st.ConditionType.READY, True, st.Reason.GENERATION_READY, f"generation {current.generation} serves ({current.pod})"))
+            else:
+                changes.append((st.ConditionType.READY, False, st.Reason.POD_NOT_READY,
+                                f"pod {current.pod} of generation {current.generation} is not Ready"))
+        elif current is None and squatters:
+            changes.append((st.ConditionType.READY, False, st.Reason.NAME_CONFLICT, name_conflict_message(squatters)))
+        if status.current is None and status.retry and status.retry.not_before and now < status.retry.not_before:
+            changes.append((st.ConditionType.READY, False, st.Reason.BACKING_OFF,
+                            f"retrying after a failed start at {status.retry.not_before.isoformat()}"))
+    degraded = status.condition(st.ConditionType.DEGRADED)
+    disowned = current_pod is not None and not current_pod.owned
+    if o.spec_error is not None:
+        changes.append((st.ConditionType.DEGRADED, True, st.Reason.INVALID_SPEC, f"spec cannot be read: {o.spec_error}"))
+    elif squatters or disowned:
+        what = squatters or [f"pod {o.namespace}/{current_pod.name} (uid {current_pod.uid})" if current_pod else ""]
+        changes.append((st.ConditionType.DEGRADED, True, st.Reason.NAME_CONFLICT, name_conflict_message(what)))
+    elif o.missing_config_refs:
+        changes.append((st.ConditionType.DEGRADED, True, st.Reason.CONFIG_REF_MISSING,
+                        "missing: " + ", ".join(sorted(o.missing_config_refs))))
+    elif o.unreadable_config_refs and not (degraded and degraded.reason in (st.Reason.CONNECT_TIMEOUT.value, st.Reason.POD_REJECTED.value)
+                                           and degraded.status == "True"):
+        changes.append((st.ConditionType.DEGRADED, True, st.Reason.CONFIG_REF_UNREADABLE,
+                        "not readable by Baton (see the chart's rbac values), so changes of their data "
+                        "start no handoff: " + ", ".join(sorted(o.unreadable_config_refs))))
+    else:
+        if degraded and degraded.reason in (st.Reason.CONFIG_REF_MISSING.value, st.Reason.CONFIG_REF_UNREADABLE.value,
+                                            st.Reason.NAME_CONFLICT.value, st.Reason.INVALID_SPEC.value, st.Reason.UNKNOWN_STEP.value):
+            changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "no conflict, referenced config present, spec readable"))
+        elif degraded and degraded.reason == st.Reason.LOCK_TIMEOUT.value:
+            changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "lifecycle Lease acquired"))
+    new = conditions.with_conditions(conditions.initial_conditions(status, o, now), o, now, *changes)
+    if new == status:
+        return status
+    return new.model_copy(update={"observed_generation": o.meta_generation})
+
+
+def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    """Ensure or delete the runtime's Service as spec.service says; never touch a foreign one."""
+    if o.service.exists and not o.service.owned:
+        return ()  # someone else's Service with this name: never patched or deleted
+    if o.spec.service is None:
+        return (p.DeleteService(),) if o.service.exists else ()
+    want = mf.build_service(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, service=o.spec.service)
+    have = o.service
+    same = (
+        have.exists
+        and have.selector == want["spec"]["selector"]
+        and have.session_affinity == want["spec"]["sessionAffinity"]
+        and [pt.wire() for pt in have.ports] == [spec_model.ServicePort.model_validate(x).wire() for x in want["spec"]["ports"]]
+    )
+    return () if same else (p.EnsureService(want),)
+
+
+def foreign_blocking_create(o: obs.Observed) -> list[str]:
+    """What stops a pod create: a foreign pod holding the name, or foreign claimants."""
+    named = o.pod_by_name(mf.pod_name(o.name))
+    found = [f"pod {o.namespace}/{named.name} (uid {named.uid})"] if named is not None and not named.owned else []
+    return found + [f"pod {o.namespace}/{pod.name} (uid {pod.uid})" for pod in foreign_claimants(o)]

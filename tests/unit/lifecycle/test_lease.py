@@ -1,0 +1,133 @@
+"""decide() and the lifecycle Lease: fencing, and resuming from every persisted step."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from baton.lifecycle import manifests as mf
+from baton.lifecycle import plan as p
+from baton.lifecycle import decide
+from baton.model import observed as obs
+
+from .. import builders as b
+from ..expect import WS, Ev, NewPod, Rec, case, check_decide, check_plan, step_time
+from .shapes import C, DEL_FIN, FORCED_AWAIT, M, NOW, OLD_DELETING, OLD_QUIET, OLD_STUCK, S, at, connecting, creating, handoff, held, name, retiring, stopped_and_started
+
+pytestmark = pytest.mark.unit
+
+
+# 6. The Lease and fencing -------------------------------------------------------------------------
+
+LEASE = [
+    case("lease-names-me-but-this-process-restarted-takes-it-with-a-new-token",
+         b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), lease_held_here=False, desired_hash=b.HASH2),
+         [p.AcquireLease(token=6)], 0),
+    case("held-by-other-mid-transition-waits-for-expiry",
+         b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), lease=b.lease_other(renewed=-5.0),
+                    desired_hash=b.HASH2),
+         [], 10.2),
+    case("held-by-other-mid-transition-no-lock-timeout",
+         b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), lease=b.lease_other(renewed=0.0),
+                    lock_wait_since=at(-60), desired_hash=b.HASH2),
+         [], 15.2),
+    case("expired-lease-of-other-acquired-with-higher-token",
+         b.observed(status_=retiring(S.DRAINING, token=9), pods=(OLD_QUIET,), lease=b.lease_other(9, renewed=-20.0),
+                    desired_hash=b.HASH2),
+         [p.AcquireLease(token=10)], 0),
+    case("lease-expiring-exactly-now-is-free",
+         b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,), lease=b.lease_other(5, renewed=-15.0),
+                    desired_hash=b.HASH2),
+         [p.AcquireLease(token=6)], 0),
+    case("own-lease-expired-is-reacquired-with-new-token",
+         b.observed(status_=retiring(S.DRAINING), pods=(OLD_QUIET,),
+                    lease=obs.LeaseInfo(exists=True, holder=b.ME, renew_time=at(-30), token=5), desired_hash=b.HASH2,
+                    lease_held_here=False),  # the executor stopped renewing it in time
+         [p.AcquireLease(token=6)], 0),
+    case("fenced-out-mid-transition-only-takes-the-lease-up-past-status",
+         b.observed(status_=retiring(S.TERMINATING, token=6), pods=(OLD_QUIET,), lease=b.lease_mine(5),
+                    desired_hash=b.HASH2),
+         [p.AcquireLease(token=7)], 0),
+    case("fenced-out-idle-only-takes-the-lease-up-past-status",
+         b.observed(status_=b.status(token=6), lease=b.lease_mine(5), desired_hash=b.HASH2),
+         [p.AcquireLease(token=7)], 0),
+    case("lock-timeout-written-once",
+         b.observed(desired_hash=b.HASH2, lease=b.lease_other(5, renewed=0.0), lock_wait_since=at(-11)),
+         [WS({"Degraded": ("True", "LockTimeout"), "Degraded.last_transition_time": NOW, "fencing_token": 5,
+              "transition": None, "current.generation": 7}),
+          Ev("Warning", "LockTimeout", b.OTHER), Rec(M.LOCK_TIMEOUTS)], 15.2),
+    case("lock-timeout-not-written-again",
+         b.observed(desired_hash=b.HASH2, lease=b.lease_other(5, renewed=0.0), lock_wait_since=at(-40),
+                    status_=b.status(conditions=b.steady_conditions(
+                        7, Degraded=b.cond(C.DEGRADED, True, "LockTimeout", since=at(-29))))),
+         [], 15.2),
+    case("lock-wait-within-budget-wakes-at-budget",
+         b.observed(desired_hash=b.HASH2, lease=b.lease_other(5, renewed=0.0), lock_wait_since=at(-4)),
+         [], 6.05),
+    case("lock-timeout-cleared-when-transition-begins",
+         b.observed(desired_hash=b.HASH2, lease=b.lease_mine(6),
+                    status_=b.status(conditions=b.steady_conditions(
+                        7, Degraded=b.cond(C.DEGRADED, True, "LockTimeout", since=at(-29))))),
+         [WS(handoff(fencing_token=6, Degraded=("False", "Healthy"))), *stopped_and_started("Handoff")], 0),
+    case("lock-timeout-cleared-when-idle-again",
+         b.observed(status_=b.status(conditions=b.steady_conditions(
+             7, Degraded=b.cond(C.DEGRADED, True, "LockTimeout", since=at(-29))))),
+         [WS({"Degraded": ("False", "Healthy"), "Degraded.last_transition_time": NOW, "transition": None})], 0),
+]
+
+
+@pytest.mark.parametrize("o,now,expected,wait", LEASE)
+def test_lease_and_fencing(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
+    check_decide(o, now, expected, wait)
+
+
+# 7. Resume from every persisted step with a fresh Lease ------------------------------------------
+# (step, snapshot with status token 5 written by OTHER, what the same step does next)
+
+RESUME: list[tuple[str, obs.Observed, list[Any], float | None]] = [
+    ("StoppingAdmission", b.observed(status_=retiring(S.STOPPING_ADMISSION), desired_hash=b.HASH2),
+     [p.SetServing(name(7), "uid-7", False, pins_of=7)], 0),
+    ("Draining", b.observed(status_=retiring(S.DRAINING, deadline=10.0), pods=(OLD_QUIET,),
+                            spec_=b.spec(probe=True), drain_idle=False, desired_hash=b.HASH2),
+     [], 1.0),
+    ("Terminating", b.observed(status_=retiring(S.TERMINATING, deadline=60.0), pods=(OLD_QUIET,), desired_hash=b.HASH2),
+     [p.DeletePod(name(7), "uid-7", 30)], 0),
+    ("AwaitingPodGone", b.observed(status_=retiring(S.AWAITING_POD_GONE, deadline=30.0), pods=(OLD_DELETING,),
+                                   desired_hash=b.HASH2),
+     [], 30.0),
+    ("CleanupFailed", b.observed(status_=held(), pods=(OLD_STUCK,), spec_=b.spec(force=True), desired_hash=b.HASH2),
+     [WS(FORCED_AWAIT), step_time("CleanupFailed"), Ev("Normal", "ForceRecovered"), Rec(M.FORCE_RECOVERIES)], 0),
+    ("Creating", b.observed(status_=creating(), pods=(), desired_hash=b.HASH2),
+     [NewPod(gen=8, token=9, template_hash=b.HASH2)], 0),
+    ("Connecting", b.observed(status_=connecting(deadline=40.0), pods=(b.pending(8),), desired_hash=b.HASH2),
+     [], 40.0),
+    ("Finalizing", b.observed(status_=b.in_flight(DEL_FIN, gen=None), pods=(), deleting=True),
+     [p.ConfirmNoPod(mf.pod_name(b.RT)), p.DeleteLease(), p.RemoveFinalizer()], None),
+]
+
+
+def _taken_over(o: obs.Observed) -> obs.Observed:
+    """The previous holder (OTHER, token 5) died; this process just acquired the Lease (token 9)."""
+    return o.model_copy(update={"status": o.status.model_copy(update={"holder": b.OTHER}), "lease": b.lease_mine(9)})
+
+
+@pytest.mark.parametrize("o", [pytest.param(_taken_over(o), id=f"resume-{s}-writes-token-first") for s, o, _, _ in RESUME])
+def test_resume_writes_token_before_acting(o: obs.Observed) -> None:
+    assert o.status.transition is not None
+    check_plan(decide(o, NOW), [
+        WS({"fencing_token": 9, "holder": b.ME, "transition": o.status.transition}),
+        Ev("Normal", "LeaseAcquired", f"resuming {o.status.transition.kind.value} at step {o.status.transition.step.value}"),
+    ], 0)
+
+
+@pytest.mark.parametrize("o,expected,wait", [
+    pytest.param(_taken_over(o), expected, wait, id=f"resume-{s}-continues-same-step") for s, o, expected, wait in RESUME
+])
+def test_resume_continues_same_step(o: obs.Observed, expected: list[Any], wait: float | None) -> None:
+    first = decide(o, NOW)
+    (write,) = first.find(p.WriteStatus)
+    resumed = o.model_copy(update={"status": write.status})
+    assert resumed.status.transition == o.status.transition  # same step, same target generation
+    check_plan(decide(resumed, NOW), expected, wait)
