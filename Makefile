@@ -63,7 +63,7 @@ WORKERS ?= 8
 bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Deployments (make bench-scale N=1000 CHANGES=100)
 	$(PY) bench/scale.py --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS)
 
-test-unit: $(PY_DEPS) ## unit tests only (no cluster)
+test-unit: $(PY_DEPS) ## tests/unit only (pure, no cluster; not tests/model: make test and make model-check run that)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integration`)

@@ -65,6 +65,9 @@ from kubernetes.client.exceptions import ApiException
 from harness.cluster import BackendRefused, BackendUnavailable, Cluster, start
 from harness.wait import wait_for
 
+# The operator fixtures (crd, operators, rts, pod_watch), for tests/integration and tests/chaos.
+pytest_plugins = ["harness.fixtures"]
+
 TESTS = Path(__file__).resolve().parent
 CLUSTER_FIXTURES = {"cluster", "namespace", "kwok_nodes", "kind_cluster", "kind_namespace"}
 
@@ -80,6 +83,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.chaos)
         if top == "e2e":
             item.add_marker(pytest.mark.e2e)
+        # tests/model is `model` only: `make test-unit` (tests/unit) does not run it.
+        if top == "model":
+            item.add_marker(pytest.mark.model)
         if top == "unit":
             item.add_marker(pytest.mark.unit)
             used = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))

@@ -1,6 +1,7 @@
 """Fixtures for running Baton operator processes against the session's cluster.
 
-Shared by tests/integration and tests/chaos: each conftest.py there imports them by name."""
+Shared by tests/integration and tests/chaos: tests/conftest.py loads this module as a plugin
+(`pytest_plugins`)."""
 from __future__ import annotations
 
 from pathlib import Path

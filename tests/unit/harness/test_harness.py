@@ -17,7 +17,7 @@ from harness import baton, kwok
 from harness.cluster import load_plane_module
 from harness.wait import WaitTimeout, stays, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_wait_for_returns_the_first_truthy_value() -> None:
