@@ -29,11 +29,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from kubernetes import client, config  # noqa: E402
 
-from harness.baton import free_port, wait_established  # noqa: E402
+from dev.ports import free_port  # noqa: E402
+from harness.runtimes import wait_established  # noqa: E402
 
 NS_B, NS_D = "scale-baton", "scale-deploy"
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -47,7 +47,7 @@ Pods on the local plane (kwok plays their kubelet, see hack/kwok/)
 - Annotation ``baton.dev/test-terminate-after: "<Go duration>"`` (e.g. ``"20s"``): once deleted, the
   pod takes that long to disappear, whatever its grace period (measured from the delete, or from
   the last update of the deleting pod).
-Helpers: ``harness.kwok.pod_manifest(...)``, ``harness.wait.wait_for(...)``.
+Helpers: ``harness.kwok.pod_manifest(...)``, ``dev.wait.wait_for(...)``.
 """
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dev.wait import wait_for
 from harness.cluster import BackendRefused, BackendUnavailable, Cluster, start
-from harness.wait import wait_for
 
 # The operator fixtures (crd, operators, rts, pod_watch), for tests/integration and tests/chaos.
 pytest_plugins = ["harness.fixtures"]

@@ -16,7 +16,10 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import baton, chaos
+from harness import chaos
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes
+from harness.watchlog import PodWatch
 
 PARALLEL = max(1, int(os.environ.get("BATON_CHAOS_PARALLEL") or "1"))
 LAST_SEED = int(os.environ.get("BATON_CHAOS_SEED") or "1") + int(os.environ.get("BATON_CHAOS_ORDERINGS") or "0") - 1
@@ -39,8 +42,8 @@ def _run(seed: int, cluster: Any, lane: chaos.Lane) -> chaos.Result:
 
 
 def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
-                  operators: Callable[..., baton.OperatorProcess], rts: baton.Runtimes,
-                  pod_watch: baton.PodWatch) -> None:
+                  operators: Callable[..., OperatorProcess], rts: Runtimes,
+                  pod_watch: PodWatch) -> None:
     own = chaos.Lane(namespace, tmp_path, operators, rts, pod_watch)
     seeds = [seed + k for k in range(PARALLEL) if k == 0 or seed + k <= LAST_SEED]
     if len(seeds) == 1:

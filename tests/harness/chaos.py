@@ -28,8 +28,11 @@ from typing import Any, Callable, Iterator
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import apiproxy, baton, fixtures, scenarios
-from harness.wait import WaitTimeout, wait_for
+from dev.wait import WaitTimeout, wait_for
+from harness import apiproxy, fixtures, scenarios
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, runtime_manifest
+from harness.watchlog import PodWatch, WatchLog
 
 RUNTIMES = ("alpha", "beta", "gamma")
 REPLICAS = ("a", "b", "c")
@@ -136,14 +139,14 @@ class Result:
         return "\n".join(lines)
 
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
 class Ordering:
     """Runs one ordering in `namespace` with the fixtures' `operators` factory and `rts`."""
 
     def __init__(self, seed: int, *, cluster: Any, namespace: str, workdir: Path, operators: Start,
-                 rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+                 rts: Runtimes, pod_watch: PodWatch) -> None:
         self.seed, self.ns, self.cluster = seed, namespace, cluster
         self.rng = random.Random(f"exec-{seed}")  # choices made while running (stale values)
         self.result = Result(seed, actions(seed))
@@ -152,7 +155,7 @@ class Ordering:
         self.coord = client.CoordinationV1Api(cluster.api_client)
         self.verbs: list[Verb] = []
         self.deleted: set[str] = set()
-        self.ops: dict[str, baton.OperatorProcess] = {}
+        self.ops: dict[str, OperatorProcess] = {}
         self.incarnation: dict[str, int] = {r: 0 for r in REPLICAS}
         self.stopped: dict[str, float] = {}
         self.holding = False
@@ -169,13 +172,13 @@ class Ordering:
         proxy_dir = self.workdir / "proxy"
         proxy_dir.mkdir(exist_ok=True)
         self.proxy = apiproxy.ApiProxy(self.cluster.kubeconfig, proxy_dir).start()
-        self.runtimes_log = baton.WatchLog(self.cluster.api_client, self.ns, "toolruntimes")
-        self.leases_log = baton.WatchLog(self.cluster.api_client, self.ns, "leases")
+        self.runtimes_log = WatchLog(self.cluster.api_client, self.ns, "toolruntimes")
+        self.leases_log = WatchLog(self.cluster.api_client, self.ns, "leases")
         try:
             for r in REPLICAS:  # side by side: each takes seconds to import and list
                 self._launch(r)
             for name in RUNTIMES:
-                self.rts.create(baton.runtime_manifest(name, service=True, budgets=BUDGETS))
+                self.rts.create(runtime_manifest(name, service=True, budgets=BUDGETS))
             for op in self.ops.values():
                 op.wait_healthy()
             for name in RUNTIMES:
@@ -499,7 +502,7 @@ class Ordering:
             deleted = {e.uid for e in self.pods.deleted()}
             return pods <= added and not (added - deleted - pods)
 
-        def objects_seen(log: baton.WatchLog, rvs: dict[str, int]) -> bool:
+        def objects_seen(log: WatchLog, rvs: dict[str, int]) -> bool:
             last: dict[str, int] = {}
             for _, rv, obj in log.snapshot():
                 last[obj["metadata"]["name"]] = rv
@@ -507,7 +510,7 @@ class Ordering:
 
         runtimes = {o["metadata"]["name"]: int(o["metadata"]["resourceVersion"])
                     for o in self.rts.custom.list_namespaced_custom_object(
-                        baton.GROUP, baton.VERSION, self.ns, baton.PLURAL)["items"]}
+                        GROUP, VERSION, self.ns, PLURAL)["items"]}
         leases = {ls.metadata.name: int(ls.metadata.resource_version)
                   for ls in self.coord.list_namespaced_lease(self.ns).items}
         wait_for(lambda: pods_seen() and objects_seen(self.runtimes_log, runtimes)
@@ -530,7 +533,7 @@ def check(o: Ordering) -> list[str]:
     return out
 
 
-def check_pods(pods: baton.PodWatch) -> list[str]:
+def check_pods(pods: PodWatch) -> list[str]:
     """At most one pod per runtime at any point of the watch log; N+1 ADDED after N's DELETED;
     generation labels never reused; the fencing token on each new pod never lower."""
     out = []
@@ -547,7 +550,7 @@ def check_pods(pods: baton.PodWatch) -> list[str]:
     return out
 
 
-def check_runtime_log(events: list[tuple[str, int, dict[str, Any]]], pods: baton.PodWatch,
+def check_runtime_log(events: list[tuple[str, int, dict[str, Any]]], pods: PodWatch,
                       verbs: list[Verb]) -> list[str]:
     """On the ToolRuntime watch log: token and generation counters never decrease; a history
     entry, once written, never changes (a generation number names one pod); a Reset or
@@ -611,7 +614,7 @@ def check_lease_log(events: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
     return out
 
 
-def check_stale_refused(rts: baton.Runtimes, verbs: list[Verb], deleted: set[str]) -> list[str]:
+def check_stale_refused(rts: Runtimes, verbs: list[Verb], deleted: set[str]) -> list[str]:
     """Each stale reset and force-recovery was refused: its Warning event, naming the value."""
     out = []
     reasons = {"baton.dev/reset": "StaleReset", "baton.dev/force-recovery": "StaleForceRecovery"}
@@ -633,7 +636,7 @@ def check_stale_refused(rts: baton.Runtimes, verbs: list[Verb], deleted: set[str
     return out
 
 
-def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV1Api, deleted: set[str],
+def check_deleted_leave_nothing(rts: Runtimes, coord: client.CoordinationV1Api, deleted: set[str],
                                 notes: list[str]) -> list[str]:
     """A deleted runtime leaves no runtime, pod, Service or Lease. Something left at first look
     gets a bounded wait: a replica whose view still had the runtime can create its Lease again
@@ -692,8 +695,8 @@ class Lane:
     namespace: str
     workdir: Path
     operators: Start
-    rts: baton.Runtimes
-    pod_watch: baton.PodWatch
+    rts: Runtimes
+    pod_watch: PodWatch
 
 
 @contextlib.contextmanager
@@ -705,12 +708,12 @@ def side_lane(cluster: Any, workdir: Path, seed: int) -> Iterator[Lane]:
     core.create_namespace({"metadata": {"name": ns, "labels": {"baton.dev/test": "true"}}})
     workdir.mkdir(parents=True, exist_ok=True)
     ops = fixtures.OperatorSet(cluster, ns, workdir)
-    watch: baton.PodWatch | None = None
+    watch: PodWatch | None = None
     try:
         wait_for(lambda: bool(core.list_namespaced_service_account(ns, field_selector="metadata.name=default").items),
                  timeout=30, what=f"ServiceAccount {ns}/default")
-        watch = baton.PodWatch(cluster.api_client, ns)
-        yield Lane(ns, workdir, ops.start, baton.Runtimes(cluster.api_client, ns), watch)
+        watch = PodWatch(cluster.api_client, ns)
+        yield Lane(ns, workdir, ops.start, Runtimes(cluster.api_client, ns), watch)
     finally:
         ops.close()
         if watch is not None:

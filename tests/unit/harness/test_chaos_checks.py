@@ -5,15 +5,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from harness import baton, chaos
+from harness import chaos
+from harness.watchlog import PodEvent, PodWatch
 
 
-def _pods(*events: tuple[str, str, int, int, str]) -> baton.PodWatch:
+def _pods(*events: tuple[str, str, int, int, str]) -> PodWatch:
     """A PodWatch holding (type, uid, generation, resourceVersion, fencing token) events of
     runtime "alpha", without a watch behind it."""
-    w = baton.PodWatch.__new__(baton.PodWatch)
+    w = PodWatch.__new__(PodWatch)
     w._lock = threading.Lock()
-    w.events = [baton.PodEvent(type=t, name="alpha", uid=u, generation=g, resource_version=rv, received=0.0,
+    w.events = [PodEvent(type=t, name="alpha", uid=u, generation=g, resource_version=rv, received=0.0,
                                deleting=False, annotations={"baton.dev/fencing-token": tok}, created=None,
                                node=None, labels={"baton.dev/runtime": "alpha", "baton.dev/generation": str(g)})
                 for t, u, g, rv, tok in events]
