@@ -1,43 +1,23 @@
-"""ToolRuntimes in tests: the CRDs (``install_crd``, ``wait_established``), ``runtime_manifest``
-and ``Runtimes``, small readers and writers of a namespace's runtimes, their status, events and
+"""ToolRuntimes in tests: ``install_crd`` (the CRD files and the wait are dev.crds'),
+``runtime_manifest`` and ``Runtimes``, small readers and writers of a namespace's runtimes, their status, events and
 pods."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dev.crds import CLAIM_CRD, CRD, wait_established
 from dev.wait import wait_for
 
-ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "baton.dev_toolruntimes.yaml"
 GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
-
-
-CLAIM_CRD = ROOT / "crds" / "baton.dev_toolruntimeclaims.yaml"
-
-
-CRD_NAMES = ("toolruntimes.baton.dev", "toolruntimeclaims.baton.dev")
 
 
 def install_crd(cluster: Any) -> None:
     """Both CRDs: ToolRuntime and ToolRuntimeClaim (the operator watches both)."""
     cluster.kubectl("apply", "-f", str(CRD), "-f", str(CLAIM_CRD))
     wait_established(cluster.api_client)
-
-
-def wait_established(api: client.ApiClient, names: tuple[str, ...] = CRD_NAMES, timeout: float = 60) -> None:
-    """Until each CRD reports Established=True. (`kubectl wait --for=condition=established` fails
-    at once, "accessor error: <nil>", when it looks before the CRD has any status condition.)"""
-    ext = client.ApiextensionsV1Api(api)
-
-    def established(name: str) -> bool:
-        conds = ext.read_custom_resource_definition(name).status.conditions or []
-        return any(c.type == "Established" and c.status == "True" for c in conds)
-    for name in names:
-        wait_for(lambda n=name: established(n), timeout=timeout, what=f"CRD {name} Established")  # type: ignore[misc]
 
 
 def runtime_manifest(name: str, *, image: str = "example/tool:1", budgets: dict[str, int] | None = None,
