@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
@@ -193,14 +192,7 @@ def main() -> int:
         op = subprocess.Popen([py, "-m", "baton"], env=env, stdout=open(work / "operator.log", "wb"),
                               stderr=subprocess.STDOUT)
 
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        wait(healthy, 30, "operator healthy")
+        wait(lambda: process.healthy(health), 30, "operator healthy")
         ones = {k: 1 for k in ("lockSeconds", "connectSeconds", "drainSeconds", "terminationGraceSeconds",
                                "cleanupSeconds")}
         rt_template = pod_template("example/tool:0", "baton")

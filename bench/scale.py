@@ -139,14 +139,7 @@ def main() -> int:
                         "--output", args.profile, "--", *argv]
             ops.append(subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{r}.log", "wb"),
                                         stderr=subprocess.STDOUT))
-
-            def healthy(port: int = hport) -> bool:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
-                        return resp.status == 200
-                except OSError:
-                    return False
-            wait_for(healthy, timeout=60, what="operator healthy", interval=0.2)
+            wait_for(lambda: process.healthy(hport), timeout=60, what="operator healthy", interval=0.2)
         # Under py-spy the operator is py-spy's child: measure that process, not the profiler.
         procs = [Proc(int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
                       if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]

@@ -1,7 +1,9 @@
-"""Stopping what a developer script started: its operator processes, then its local plane."""
+"""What a developer script does with the processes it starts: asks an operator whether it is
+healthy, stops them, runs the local plane (hack/cluster.py)."""
 from __future__ import annotations
 
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -20,6 +22,15 @@ def stop(procs: Iterable[subprocess.Popen[bytes]], *, timeout: float, terminate:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+def healthy(port: int) -> bool:
+    """The operator serving /healthz on 127.0.0.1:`port` answers 200 (False while it cannot)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
 
 
 def plane(python: str, *args: str | Path, **run: Any) -> subprocess.CompletedProcess[Any]:

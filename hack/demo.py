@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Callable
 
@@ -110,14 +109,7 @@ def main() -> int:
         operator = subprocess.Popen([PY, "-m", "baton"], env=env, stdout=open(DIR / "operator.log", "wb"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
 
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        wait("the operator's /healthz", healthy, 30)
+        wait("the operator's /healthz", lambda: process.healthy(health), 30)
 
         print("\n== 1. a first ToolRuntime")
         sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.4.2")
