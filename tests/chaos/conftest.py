@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness.chaos import RESULTS
+from harness.chaos.ordering import RESULTS
 CI_SEEDS = (1, 2, 3)  # what `make test` runs; `make chaos ORDERINGS=N SEED=S` runs S .. S+N-1
 
 
