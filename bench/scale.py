@@ -28,6 +28,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m bench.scale ...")
+
 from kubernetes import client, config
 
 from dev import process

@@ -14,6 +14,9 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m hack.demo ...")
+
 from dev import process
 from dev.ports import free_port
 from dev.wait import WaitTimeout, wait_for

@@ -22,6 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m hack.model_shrink ...")
+
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY_SECONDS = 120
 
