@@ -122,7 +122,7 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     assert kopf_records, "no record of kopf's own"
     # kopf is the process shell here and handles no object itself (Baton's informers watch), so
     # its records carry no object reference; where one does, it is an object, not a string
-    # (tests/unit/test_logs.py shapes a kopf record with k8s_ref).
+    # (tests/unit/observability/test_logs.py shapes a kopf record with k8s_ref).
     refs = [r["object"] for r in kopf_records if "object" in r]
     assert all(isinstance(ref, dict) for ref in refs)
     messages = [r["message"] for r in records if r["logger"].startswith("baton")]
