@@ -51,19 +51,19 @@ lint: $(PY_DEPS) ## mypy (strict) and import-linter layering contracts
 	PY=$(PY) bash hack/lint.sh
 
 demo: $(PY_DEPS) tools ## Baton end to end on a throwaway local plane (handoff, stuck pod, force recovery)
-	$(PY) hack/demo.py
+	$(PY) -m hack.demo
 
 bench: $(PY_DEPS) tools ## handoff latency beside a Recreate Deployment (prints p50/p95 and the ratio)
-	$(PY) bench/handoff_latency.py
+	$(PY) -m bench.handoff_latency
 
 N ?= 1000
 CHANGES ?= 100
 REPLICAS ?= 1
 WORKERS ?= 8
 bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Deployments (make bench-scale N=1000 CHANGES=100)
-	$(PY) bench/scale.py --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS)
+	$(PY) -m bench.scale --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS)
 
-test-unit: $(PY_DEPS) ## unit tests only (no cluster)
+test-unit: $(PY_DEPS) ## tests/unit only (pure, no cluster; not tests/model: make test and make model-check run that)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integration`)

@@ -12,7 +12,7 @@ Latency = from the template patch until the new pod is Ready and the old one is 
   Baton:      status.current.generation == N+1 and Ready=True (the old pod is confirmed gone first).
   Deployment: observedGeneration caught up, 1 updated + available replica, 1 pod in total.
 
-Usage: .venv/bin/python bench/handoff_latency.py [--rounds 15] [--trace]
+Usage: .venv/bin/python -m bench.handoff_latency [--rounds 15] [--trace]
 (starts its own plane with hack/cluster.py in a temp dir and stops it; all traffic is loopback)
 
 --trace: the API server writes an audit log (request metadata), and the last round of Baton and
@@ -32,30 +32,28 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m bench.handoff_latency ...")
+
+from kubernetes import client, config
+
+from dev import process
+from dev.crds import wait_established
+from dev.ports import free_port
+from dev.wait import wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from kubernetes import client, config  # noqa: E402
-
-from harness.baton import free_port, wait_established  # noqa: E402
 
 NS = "bench"
 POLL = 0.02
 
 
 def wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / POLL) + 1):
-        if check():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(POLL)
-    raise TimeoutError(what)
+    """Poll every POLL seconds: the latencies measured are no coarser than that."""
+    wait_for(check, timeout=timeout, what=what, interval=POLL)
 
 
 def pod_template(image: str, kind: str) -> dict[str, Any]:
@@ -178,8 +176,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="baton-bench-"))
     py = sys.executable
     audit = work / "audit.log"
-    subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(work / "plane"),
-                    *(["--audit-log", str(audit)] if args.trace else [])], check=True, stdout=subprocess.DEVNULL)
+    process.plane(py, "up", "--dir", work / "plane", *(["--audit-log", str(audit)] if args.trace else []),
+                  check=True, stdout=subprocess.DEVNULL)
     kubeconfig = str(work / "plane" / "kubeconfig")
     op: subprocess.Popen[bytes] | None = None
     try:
@@ -197,14 +195,7 @@ def main() -> int:
         op = subprocess.Popen([py, "-m", "baton"], env=env, stdout=open(work / "operator.log", "wb"),
                               stderr=subprocess.STDOUT)
 
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        wait(healthy, 30, "operator healthy")
+        wait(lambda: process.healthy(health), 30, "operator healthy")
         ones = {k: 1 for k in ("lockSeconds", "connectSeconds", "drainSeconds", "terminationGraceSeconds",
                                "cleanupSeconds")}
         rt_template = pod_template("example/tool:0", "baton")
@@ -259,13 +250,8 @@ def main() -> int:
         return 0
     finally:
         if op is not None:
-            op.terminate()
-            try:
-                op.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                op.kill()
-        subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(work / "plane")],
-                       stdout=subprocess.DEVNULL)
+            process.stop([op], timeout=15)
+        process.plane(py, "down", "--dir", work / "plane", stdout=subprocess.DEVNULL)
 
 
 if __name__ == "__main__":

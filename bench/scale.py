@@ -9,7 +9,7 @@ One run, one plane, the same pod template and the same number N of objects on ea
 - the operator's CPU-seconds and peak RSS (from /proc), API requests per runtime created (its
   own baton_api_requests_total), and, idle for 60 s afterwards, its CPU and API writes.
 
-Usage: .venv/bin/python bench/scale.py [--n 1000] [--changes 100] [--replicas 1] [--workers 8]
+Usage: .venv/bin/python -m bench.scale [--n 1000] [--changes 100] [--replicas 1] [--workers 8]
 (starts its own plane with hack/cluster.py in a temp dir and stops it; all traffic is loopback;
 every wait is bounded.) `make bench-scale N=... CHANGES=...` runs it.
 """
@@ -28,26 +28,20 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m bench.scale ...")
+
+from kubernetes import client, config
+
+from dev import process
+from dev.crds import wait_established
+from dev.ports import free_port
+from dev.wait import wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from kubernetes import client, config  # noqa: E402
-
-from harness.baton import free_port, wait_established  # noqa: E402
 
 NS_B, NS_D = "scale-baton", "scale-deploy"
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def wait(check: Callable[[], bool], timeout: float, what: str, every: float = 1.0) -> float:
-    t0 = time.monotonic()
-    for _ in range(int(timeout / every) + 2):
-        if check():
-            return time.monotonic() - t0
-        if time.monotonic() - t0 > timeout:
-            break
-        time.sleep(every)
-    raise TimeoutError(f"{what} not within {timeout:.0f}s")
 
 
 def template(image: str, kind: str) -> dict[str, Any]:
@@ -119,8 +113,7 @@ def main() -> int:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="baton-scale-"))
     py = sys.executable
-    subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(work / "plane")], check=True,
-                   stdout=subprocess.DEVNULL)
+    process.plane(py, "up", "--dir", work / "plane", check=True, stdout=subprocess.DEVNULL)
     kubeconfig = str(work / "plane" / "kubeconfig")
     ops: list[subprocess.Popen[bytes]] = []
     procs: list[Proc] = []
@@ -149,14 +142,7 @@ def main() -> int:
                         "--output", args.profile, "--", *argv]
             ops.append(subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{r}.log", "wb"),
                                         stderr=subprocess.STDOUT))
-
-            def healthy(port: int = hport) -> bool:
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as resp:
-                        return resp.status == 200
-                except OSError:
-                    return False
-            wait(healthy, 60, "operator healthy", every=0.2)
+            wait_for(lambda: process.healthy(hport), timeout=60, what="operator healthy", interval=0.2)
         # Under py-spy the operator is py-spy's child: measure that process, not the profiler.
         procs = [Proc(int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
                       if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]
@@ -198,7 +184,7 @@ def main() -> int:
         parallel(lambda i: custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes", {
             "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": f"rt-{i:04d}"},
             "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n)
-        wait(baton_ready(1, names), args.timeout, "baton: all Ready", every=2.0)
+        wait_for(baton_ready(1, names), timeout=args.timeout, what="baton: all Ready", interval=2.0)
         baton_create = time.monotonic() - t0
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
         req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
@@ -212,7 +198,7 @@ def main() -> int:
                      "template": {**template("example/tool:1", "deployment"),
                                   "metadata": {"labels": {"app": "scale", "kind": "deployment", "d": f"d-{i:04d}"}}}}}),
                  n)
-        wait(deploy_ready(dnames), args.timeout, "deployments: all available", every=2.0)
+        wait_for(deploy_ready(dnames), timeout=args.timeout, what="deployments: all available", interval=2.0)
         deploy_create = time.monotonic() - t0
 
         k = min(args.changes, n)
@@ -225,7 +211,7 @@ def main() -> int:
         parallel(lambda i: custom.patch_namespaced_custom_object(
             "baton.dev", "v1alpha1", NS_B, "toolruntimes", f"rt-{i:04d}",
             {"spec": {"template": template("example/tool:2", "baton")}}), k)
-        wait(baton_ready(2, changed), args.timeout, "baton: changes converged", every=1.0)
+        wait_for(baton_ready(2, changed), timeout=args.timeout, what="baton: changes converged", interval=1.0)
         baton_change = time.monotonic() - t0
         cpu_change = sum(p.cpu() for p in procs) - cpu1
         busy1, total1 = machine_busy()
@@ -242,7 +228,7 @@ def main() -> int:
                 "containers": [{"name": "server", "image": "example/tool:2"}]}}}})
             want[name] = d.metadata.generation
         parallel(patch_deploy, k)
-        wait(deploy_ready(dchanged, want), args.timeout, "deployments: changes converged", every=1.0)
+        wait_for(deploy_ready(dchanged, want), timeout=args.timeout, what="deployments: changes converged", interval=1.0)
         deploy_change = time.monotonic() - t0
 
         time.sleep(5)
@@ -286,13 +272,8 @@ def main() -> int:
                     pass
             else:
                 op.terminate()
-        for op in ops:
-            try:
-                op.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                op.kill()
-        subprocess.run([py, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(work / "plane")],
-                       stdout=subprocess.DEVNULL)
+        process.stop(ops, timeout=30, terminate=False)
+        process.plane(py, "down", "--dir", work / "plane", stdout=subprocess.DEVNULL)
         print(f"(logs in {work})", file=sys.stderr)
 
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Callable
+
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m hack.demo ...")
+
+from dev import process
+from dev.ports import free_port
+from dev.wait import WaitTimeout, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -54,14 +58,10 @@ def sh(*args: str, show: bool = True, check: bool = True, stdin: str | None = No
 
 def wait(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
     print(f"  ... waiting for {what}", flush=True)
-    deadline = time.monotonic() + timeout
-    for _ in range(int(timeout / 0.5) + 1):
-        if check():
-            return
-        if time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    raise SystemExit(f"demo: timed out waiting for {what}")
+    try:
+        wait_for(check, timeout=timeout, what=what, interval=0.5)
+    except WaitTimeout:
+        raise SystemExit(f"demo: timed out waiting for {what}") from None
 
 
 def status() -> dict:
@@ -78,21 +78,14 @@ def ready_generation(n: int) -> Callable[[], bool]:
     return check
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> int:
     global ENV
     tools = subprocess.run(["bash", str(ROOT / "hack" / "build-tools.sh")], capture_output=True, text=True,
                            check=True).stdout.strip()
     ENV = dict(os.environ, PATH=f"{VENV_BIN}:{tools}:{os.environ['PATH']}", KUBECONFIG=str(DIR / "kubeconfig"))
-    subprocess.run([PY, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(DIR)], capture_output=True)
+    process.plane(PY, "down", "--dir", DIR, capture_output=True)
     print("== starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
-    subprocess.run([PY, str(ROOT / "hack" / "cluster.py"), "up", "--dir", str(DIR)], check=True,
-                   stdout=subprocess.DEVNULL)
+    process.plane(PY, "up", "--dir", DIR, check=True, stdout=subprocess.DEVNULL)
     operator: subprocess.Popen[bytes] | None = None
     try:
         print("\n== installing the CRDs from the Helm chart")
@@ -119,14 +112,7 @@ def main() -> int:
         operator = subprocess.Popen([PY, "-m", "baton"], env=env, stdout=open(DIR / "operator.log", "wb"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
 
-        def healthy() -> bool:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=1) as r:
-                    return r.status == 200
-            except OSError:
-                return False
-
-        wait("the operator's /healthz", healthy, 30)
+        wait("the operator's /healthz", lambda: process.healthy(health), 30)
 
         print("\n== 1. a first ToolRuntime")
         sh("kubectl", "apply", "-f", "-", stdin=RUNTIME % "1.4.2")
@@ -164,12 +150,8 @@ def main() -> int:
         return 0
     finally:
         if operator is not None:
-            operator.terminate()
-            try:
-                operator.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                operator.kill()
-        subprocess.run([PY, str(ROOT / "hack" / "cluster.py"), "down", "--dir", str(DIR)], check=False)
+            process.stop([operator], timeout=20)
+        process.plane(PY, "down", "--dir", DIR, check=False)
 
 
 ENV: dict[str, str] = {}

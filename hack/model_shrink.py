@@ -6,8 +6,10 @@ Hypothesis stops shrinking a stateful example after five minutes; a batch log of
 `BatonModel`, then its teardown) and removes rules while the replay still fails with NEEDLE in
 its message (delta debugging), one replay per subprocess, each bounded in time:
 
-    .venv/bin/python hack/model_shrink.py OUT/batch-SEED.log "retired as Reset"
-    .venv/bin/python hack/model_shrink.py --replay RULES.txt     # one replay, prints the failure
+    .venv/bin/python -m hack.model_shrink OUT/batch-SEED.log "retired as Reset"
+    .venv/bin/python -m hack.model_shrink --replay RULES.txt     # one replay, prints the failure
+
+(from the repository root: it imports tests/model as `tests.model`).
 
 The rules left are printed, ready to become a test in tests/model/test_model.py.
 """
@@ -19,6 +21,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+if not __package__:  # run by path: dev (and tests) are importable from the root only
+    raise SystemExit("run it from the repository root as a module: python -m hack.model_shrink ...")
 
 ROOT = Path(__file__).resolve().parents[1]
 REPLAY_SECONDS = 120
@@ -32,8 +37,7 @@ def rules_from_log(log: Path) -> list[str]:
 
 def replay(rules: list[str]) -> str:
     """Run the rules and the teardown; the failure's text, or "" when it passes."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from model.test_model import BatonModel
+    from tests.model.test_model import BatonModel
 
     state = BatonModel()
     try:
@@ -52,7 +56,7 @@ def fails(rules: list[str], needle: str) -> bool:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write("\n".join(rules) + "\n")
     try:
-        proc = subprocess.run([sys.executable, __file__, "--replay", f.name], cwd=ROOT, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "hack.model_shrink", "--replay", f.name], cwd=ROOT, capture_output=True,
                               text=True, timeout=REPLAY_SECONDS)
     except subprocess.TimeoutExpired:
         return False

@@ -1,53 +1,8 @@
-"""Fixtures for tests against a real Kubernetes API server (details: tests/README.md).
-
-Fixtures
---------
-``cluster`` (session scope, started lazily: only when a test asks for it)
-    An object with
-    ``.kubeconfig``      path (str) of an admin kubeconfig,
-    ``.api_client``      a ``kubernetes.client.ApiClient`` authenticated as admin,
-    ``.sa_token(namespace, name, expiration_seconds=3600) -> str``  a ServiceAccount token
-                         (TokenRequest API; the ServiceAccount must exist),
-    ``.client_for_token(token) -> ApiClient``  a client that authenticates with that token only,
-    ``.bin_dir``         directory holding ``kubectl`` and ``helm``,
-    ``.env``             environment for subprocesses (KUBECONFIG set to this cluster, bin_dir and
-                         the venv first on PATH, HELM_*_HOME in the session's temp dir),
-    ``.kubectl(*args)`` / ``.helm(*args)`` / ``.run(*argv)``  run those, bounded in time,
-    ``.has_kwok_nodes``  True on the local plane (nodes kwok-a and kwok-loop exist),
-    ``.backend``, ``.logs_dir`` (component logs of the local plane).
-    The backend comes from ``BATON_TEST_BACKEND``: ``local`` (default; a fresh plane from
-    hack/cluster.py in a temp dir, stopped at the end of the session), ``kind`` (pytest-kind; skipped
-    without Docker) or ``existing`` (needs ``BATON_TEST_KUBECONFIG``; refused otherwise). The ambient
-    KUBECONFIG and ~/.kube are ignored; while the session's cluster is up, ``KUBECONFIG`` in
-    ``os.environ`` points at it and in-cluster variables are removed, so a library that looks
-    for "the" cluster finds this one.
-``namespace`` (function scope)
-    The name (str) of a fresh namespace, labelled ``baton.dev/test=true``. After the test its
-    pods are force-deleted (finalizers stripped) and its deletion requested; the session waits
-    for all of them at its end (bounded; finalizers still left after 10 s are stripped, a
-    leftover only warns). The namespace controller holds each deletion 5 s, hence the batching.
-``kwok_nodes``
-    Skips the test unless the cluster has the kwok nodes of the local plane.
-``kind_cluster`` (module scope, lazy) and ``kind_namespace`` (function scope)
-    A kind cluster (a ``Cluster`` with ``.kind`` set: how images are loaded into it) and a fresh
-    namespace in it, whatever ``BATON_TEST_BACKEND`` says (it is ``cluster`` itself when that is
-    ``kind``): tests/e2e uses them, so ``make test`` runs the local plane for everything else and
-    kind for those. Skipped with the reason where kind cannot run (not root, podman does not start;
-    docs/kind.md).
-
-Pods on the local plane (kwok plays their kubelet, see hack/kwok/)
------------------------------------------------------------------
-- A pod scheduled to ``kwok-a`` (untainted, pod IPs from 192.0.2.0/24, never dial them) or
-  ``kwok-loop`` (taint ``baton.dev/loopback=true:NoSchedule``, label ``baton.dev/loopback: "true"``,
-  pod IPs from 127.0.100.0/24 on the loopback interface) becomes Running and Ready at once.
-- A deleted pod disappears when its grace period ends (at its deletionTimestamp).
-- A pod that carries a finalizer stays Terminating until the finalizer is removed, then vanishes.
-- Annotation ``baton.dev/test-never-ready: "true"``: the pod runs (gets an IP) but never becomes
-  Ready. Added to a Ready pod, the pod turns un-Ready; removed, the pod turns Ready.
-- Annotation ``baton.dev/test-terminate-after: "<Go duration>"`` (e.g. ``"20s"``): once deleted, the
-  pod takes that long to disappear, whatever its grace period (measured from the delete, or from
-  the last update of the deleting pod).
-Helpers: ``harness.kwok.pod_manifest(...)``, ``harness.wait.wait_for(...)``.
+"""Fixtures for tests against a real Kubernetes API server: ``cluster``, ``namespace``,
+``kwok_nodes``, ``kind_cluster``, ``kind_namespace``; the operator fixtures come from the plugin
+harness.fixtures. tests/README.md is their reference (the backends, the fixtures, how pods behave
+on the local plane). Also: marks by directory (unit, integration, e2e, chaos, model), and unit
+tests may not ask for a cluster fixture.
 """
 from __future__ import annotations
 
@@ -62,8 +17,11 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dev.wait import wait_for
 from harness.cluster import BackendRefused, BackendUnavailable, Cluster, start
-from harness.wait import wait_for
+
+# The operator fixtures (crd, operators, rts, pod_watch), for tests/integration and tests/chaos.
+pytest_plugins = ["harness.fixtures"]
 
 TESTS = Path(__file__).resolve().parent
 CLUSTER_FIXTURES = {"cluster", "namespace", "kwok_nodes", "kind_cluster", "kind_namespace"}
@@ -80,6 +38,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.chaos)
         if top == "e2e":
             item.add_marker(pytest.mark.e2e)
+        # tests/model is `model` only: `make test-unit` (tests/unit) does not run it.
+        if top == "model":
+            item.add_marker(pytest.mark.model)
         if top == "unit":
             item.add_marker(pytest.mark.unit)
             used = CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ()))

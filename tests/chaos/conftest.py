@@ -1,5 +1,6 @@
 """Seeded fault orderings (harness.chaos). The operator fixtures are those of tests/integration
-(harness.fixtures); the summary of every ordering run is printed at the end of the session."""
+(harness.fixtures, a plugin of tests/conftest.py); the summary of every ordering run is printed at
+the end of the session."""
 from __future__ import annotations
 
 import os
@@ -8,11 +9,7 @@ from typing import Any
 
 import pytest
 
-from harness.chaos import RESULTS
-from harness.fixtures import crd, operators, pod_watch, pytest_runtest_makereport, rts
-
-__all__ = ["crd", "operators", "pod_watch", "pytest_runtest_makereport", "rts"]
-
+from harness.chaos.ordering import RESULTS
 CI_SEEDS = (1, 2, 3)  # what `make test` runs; `make chaos ORDERINGS=N SEED=S` runs S .. S+N-1
 
 

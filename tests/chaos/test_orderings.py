@@ -16,20 +16,24 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import baton, chaos
+from harness.chaos.lanes import Lane, side_lane
+from harness.chaos.ordering import RESULTS, Ordering, Result
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes
+from harness.watchlog import PodWatch
 
 PARALLEL = max(1, int(os.environ.get("BATON_CHAOS_PARALLEL") or "1"))
 LAST_SEED = int(os.environ.get("BATON_CHAOS_SEED") or "1") + int(os.environ.get("BATON_CHAOS_ORDERINGS") or "0") - 1
 _results_lock = threading.Lock()
 
 
-def _run(seed: int, cluster: Any, lane: chaos.Lane) -> chaos.Result:
-    ordering = chaos.Ordering(seed, cluster=cluster, namespace=lane.namespace, workdir=lane.workdir,
+def _run(seed: int, cluster: Any, lane: Lane) -> Result:
+    ordering = Ordering(seed, cluster=cluster, namespace=lane.namespace, workdir=lane.workdir,
                               operators=lane.operators, rts=lane.rts, pod_watch=lane.pod_watch)
     try:
         return ordering.run()
     finally:
-        chaos.RESULTS.append(ordering.result)
+        RESULTS.append(ordering.result)
         out = os.environ.get("BATON_CHAOS_RESULTS")  # one JSON line per ordering, as it ends
         if out:
             r = ordering.result
@@ -39,15 +43,15 @@ def _run(seed: int, cluster: Any, lane: chaos.Lane) -> chaos.Result:
 
 
 def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
-                  operators: Callable[..., baton.OperatorProcess], rts: baton.Runtimes,
-                  pod_watch: baton.PodWatch) -> None:
-    own = chaos.Lane(namespace, tmp_path, operators, rts, pod_watch)
+                  operators: Callable[..., OperatorProcess], rts: Runtimes,
+                  pod_watch: PodWatch) -> None:
+    own = Lane(namespace, tmp_path, operators, rts, pod_watch)
     seeds = [seed + k for k in range(PARALLEL) if k == 0 or seed + k <= LAST_SEED]
     if len(seeds) == 1:
         results = [_run(seed, cluster, own)]
     else:
         with contextlib.ExitStack() as stack:
-            lanes = [own] + [stack.enter_context(chaos.side_lane(cluster, tmp_path / f"seed{s}", s))
+            lanes = [own] + [stack.enter_context(side_lane(cluster, tmp_path / f"seed{s}", s))
                              for s in seeds[1:]]
             with concurrent.futures.ThreadPoolExecutor(len(seeds)) as pool:
                 results = list(pool.map(lambda sl: _run(sl[0], cluster, sl[1]), zip(seeds, lanes)))

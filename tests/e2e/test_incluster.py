@@ -30,11 +30,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
+from dev.wait import wait_for
 from harness.chart import CHART, adopt_crd, classify_denials
 from harness.cluster import Cluster, load_kind_module
+from harness.runtimes import Runtimes, runtime_manifest
 from harness.scenarios import cleanup_failure_scenario, read_or_none
-from harness.wait import wait_for
+from harness.watchlog import PodEvent, PodWatch
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLSERVER = ROOT / "tests" / "e2e" / "toolserver"
@@ -108,7 +109,7 @@ def operator_pods(cluster: Cluster, ns: str | None = None) -> list[Any]:
 
 def tool_manifest(name: str, image: str, *, grace: int = 10, ignore_sigterm: bool = False,
                   budgets: dict[str, int] | None = None) -> dict[str, Any]:
-    m = baton.runtime_manifest(
+    m = runtime_manifest(
         name, image=image, service=True,
         budgets={"connectSeconds": 120, "drainSeconds": 40, "terminationGraceSeconds": grace,
                  "cleanupSeconds": grace + 60, **(budgets or {})},
@@ -122,7 +123,7 @@ def tool_manifest(name: str, image: str, *, grace: int = 10, ignore_sigterm: boo
     return m
 
 
-def bump_version(rts: baton.Runtimes, name: str) -> None:
+def bump_version(rts: Runtimes, name: str) -> None:
     """A template change: generation 2 runs with VERSION=2."""
     containers = rts.get(name)["spec"]["template"]["spec"]["containers"]
     for e in containers[0]["env"]:
@@ -182,13 +183,13 @@ def pod_phase(core: client.CoreV1Api, ns: str, name: str) -> str | None:
     return phase if phase in ("Succeeded", "Failed") else None
 
 
-def terminated(ev: baton.PodEvent, container: str = "server") -> Any:
+def terminated(ev: PodEvent, container: str = "server") -> Any:
     state = ev.container_states.get(container)
     assert state is not None and state.terminated is not None, f"{ev.name} {ev.uid}: {state}"
     return state.terminated
 
 
-def started_at(watch: baton.PodWatch, runtime: str, generation: int) -> Any:
+def started_at(watch: PodWatch, runtime: str, generation: int) -> Any:
     """When generation N's container started, from the first status that says so."""
     uids = {e.uid for e in watch.added_gen(runtime, generation)}
     for e in watch.snapshot():
@@ -200,7 +201,7 @@ def started_at(watch: baton.PodWatch, runtime: str, generation: int) -> Any:
     raise AssertionError(f"no start of {runtime} generation {generation} in the watch")
 
 
-def service_ip(rts: baton.Runtimes, name: str) -> str:
+def service_ip(rts: Runtimes, name: str) -> str:
     svc = wait_for(lambda: read_or_none(lambda: rts.core.read_namespaced_service(name, rts.ns)),
                    timeout=30, what=f"Service {name}")
     ip = str(svc.spec.cluster_ip)
@@ -218,7 +219,7 @@ def slice_addresses(cluster: Cluster, ns: str, service: str) -> set[str]:
     return out
 
 
-def start_in_flight(cluster: Cluster, rts: baton.Runtimes, name: str, image: str,
+def start_in_flight(cluster: Cluster, rts: Runtimes, name: str, image: str,
                     seconds: int) -> tuple[LogFollower, str]:
     """Generation 1 Ready; its log followed; a client pod's request of `seconds` in flight to it
     through the Service. Returns (the log, generation 1's pod IP)."""
@@ -243,7 +244,7 @@ def start_in_flight(cluster: Cluster, rts: baton.Runtimes, name: str, image: str
     return log, str(g1.status.pod_ip)
 
 
-def client_report(rts: baton.Runtimes, client_name: str) -> str:
+def client_report(rts: Runtimes, client_name: str) -> str:
     """The client pod's phase and log, and kube-proxy's state and log (it carries ClusterIP
     traffic), for a failure message."""
     try:
@@ -260,7 +261,7 @@ def client_report(rts: baton.Runtimes, client_name: str) -> str:
     return "\n".join(report) if proxies else "\n".join([*report, "no kube-proxy pod"])
 
 
-def assert_request_completed(rts: baton.Runtimes, name: str) -> str:
+def assert_request_completed(rts: Runtimes, name: str) -> str:
     client_name = f"{name}-client"
     phase = wait_for(lambda: pod_phase(rts.core, rts.ns, client_name), timeout=120,
                      what=f"{client_name} finished")
@@ -294,8 +295,8 @@ def test_operator_pods_ready_and_metrics_through_service(kind_cluster: Cluster, 
 
 def test_handoff_drains_an_in_flight_request_through_the_service(
         kind_cluster: Cluster, release: str, images: Images, kind_namespace: str) -> None:
-    rts = baton.Runtimes(kind_cluster.api_client, kind_namespace)
-    watch = baton.PodWatch(kind_cluster.api_client, kind_namespace)
+    rts = Runtimes(kind_cluster.api_client, kind_namespace)
+    watch = PodWatch(kind_cluster.api_client, kind_namespace)
     try:
         log, g1_ip = start_in_flight(kind_cluster, rts, "tool", images.toolserver, seconds=20)
         assert g1_ip in slice_addresses(kind_cluster, kind_namespace, "tool")
@@ -332,9 +333,9 @@ def test_operator_pod_deleted_mid_handoff_the_other_replica_finishes(
     """The replica holding the runtime's Lease is deleted while it drains (a real SIGTERM, the
     chart's grace): it finishes its step and hands the Lease back; another replica ends the
     handoff; the request in flight completes; one generation at a time throughout."""
-    rts = baton.Runtimes(kind_cluster.api_client, kind_namespace)
-    watch = baton.PodWatch(kind_cluster.api_client, kind_namespace)
-    op_watch = baton.PodWatch(kind_cluster.api_client, release)
+    rts = Runtimes(kind_cluster.api_client, kind_namespace)
+    watch = PodWatch(kind_cluster.api_client, kind_namespace)
+    op_watch = PodWatch(kind_cluster.api_client, release)
     coord = client.CoordinationV1Api(kind_cluster.api_client)
     core = client.CoreV1Api(kind_cluster.api_client)
 
@@ -375,8 +376,8 @@ def test_operator_pod_deleted_mid_handoff_the_other_replica_finishes(
 
 def test_tool_ignoring_sigterm_is_killed_at_its_grace(
         kind_cluster: Cluster, release: str, images: Images, kind_namespace: str) -> None:
-    rts = baton.Runtimes(kind_cluster.api_client, kind_namespace)
-    watch = baton.PodWatch(kind_cluster.api_client, kind_namespace)
+    rts = Runtimes(kind_cluster.api_client, kind_namespace)
+    watch = PodWatch(kind_cluster.api_client, kind_namespace)
     try:
         rts.create(tool_manifest("deaf", images.toolserver, grace=8, ignore_sigterm=True))
         rts.wait_ready("deaf", 1, timeout=180)
@@ -411,8 +412,8 @@ def test_cleanup_failure_is_held_until_a_force_recovery(
     """Invariant 5 with a real kubelet: generation 1's container exits on SIGTERM, but a
     finalizer keeps its pod Terminating past cleanupSeconds: CleanupFailed is held and no
     generation 2 starts until a force recovery names generation 1."""
-    rts = baton.Runtimes(kind_cluster.api_client, kind_namespace)
-    watch = baton.PodWatch(kind_cluster.api_client, kind_namespace)
+    rts = Runtimes(kind_cluster.api_client, kind_namespace)
+    watch = PodWatch(kind_cluster.api_client, kind_namespace)
     try:
         cleanup_failure_scenario(
             rts, watch, None, change=bump_version, ready_timeout=180,

@@ -14,7 +14,6 @@ create or was not explicitly given is never touched.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -41,24 +40,18 @@ class BackendRefused(Exception):
     """The backend was asked for in a way the harness refuses (becomes a test error)."""
 
 
-def _load_hack_module(name: str) -> ModuleType:
-    """hack/<name>.py, imported as a module."""
-    spec = importlib.util.spec_from_file_location(f"baton_hack_{name}", REPO / "hack" / f"{name}.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(f"baton_hack_{name}", mod)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def load_plane_module() -> ModuleType:
-    """hack/cluster.py (the local plane), imported as a module."""
-    return _load_hack_module("cluster")
+    """hack/cluster.py (the local plane), as the module ``hack.cluster``."""
+    from hack import cluster as plane
+
+    return plane
 
 
 def load_kind_module() -> ModuleType:
-    """hack/kind.py (kind with podman), imported as a module."""
-    return _load_hack_module("kind")
+    """hack/kind.py (kind with podman), as the module ``hack.kind``."""
+    from hack import kind
+
+    return kind
 
 
 @dataclass

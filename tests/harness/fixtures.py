@@ -1,6 +1,7 @@
 """Fixtures for running Baton operator processes against the session's cluster.
 
-Shared by tests/integration and tests/chaos: each conftest.py there imports them by name."""
+Shared by tests/integration and tests/chaos: tests/conftest.py loads this module as a plugin
+(`pytest_plugins`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,12 +11,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, install_crd
+from harness.watchlog import PodWatch
 
 
 @pytest.fixture(scope="session")
 def crd(cluster: Any) -> None:
-    baton.install_crd(cluster)
+    install_crd(cluster)
 
 
 class OperatorSet:
@@ -24,13 +27,13 @@ class OperatorSet:
 
     def __init__(self, cluster: Any, namespace: str, log_dir: Path) -> None:
         self.cluster, self.namespace, self.log_dir = cluster, namespace, log_dir
-        self.started: list[baton.OperatorProcess] = []
+        self.started: list[OperatorProcess] = []
 
     def start(self, identity: str = "op-a", *, namespaces: list[str] | None = None,
               env: dict[str, str] | None = None, kubeconfig: str | None = None,
-              wait: bool = True) -> baton.OperatorProcess:
+              wait: bool = True) -> OperatorProcess:
         """Start one replica (watching [namespace] unless told otherwise)."""
-        proc = baton.OperatorProcess(self.cluster, self.log_dir, identity=identity,
+        proc = OperatorProcess(self.cluster, self.log_dir, identity=identity,
                                      namespaces=namespaces or [self.namespace], env=env,
                                      kubeconfig=kubeconfig)
         self.started.append(proc)
@@ -43,12 +46,12 @@ class OperatorSet:
                 print(f"--- log of operator {proc.identity} ---\n{proc.log_tail(80)}")
         # No operator runs any more: release what it would have retired, so the namespace can go.
         custom = client.CustomObjectsApi(self.cluster.api_client)
-        for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, self.namespace,
-                                                       baton.PLURAL).get("items", []):
+        for rt in custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace,
+                                                       PLURAL).get("items", []):
             if rt["metadata"].get("finalizers"):
                 try:
                     custom.patch_namespaced_custom_object(
-                        baton.GROUP, baton.VERSION, self.namespace, baton.PLURAL, rt["metadata"]["name"],
+                        GROUP, VERSION, self.namespace, PLURAL, rt["metadata"]["name"],
                         {"metadata": {"finalizers": None}})
                 except ApiException as e:
                     if e.status != 404:
@@ -57,7 +60,7 @@ class OperatorSet:
 
 @pytest.fixture
 def operators(cluster: Any, crd: None, namespace: str, tmp_path: Path,
-              request: pytest.FixtureRequest) -> Iterator[Callable[..., baton.OperatorProcess]]:
+              request: pytest.FixtureRequest) -> Iterator[Callable[..., OperatorProcess]]:
     """Factory: operators(identity, namespaces=[namespace], env={...}) starts one replica."""
     ops = OperatorSet(cluster, namespace, tmp_path)
     yield ops.start
@@ -66,13 +69,13 @@ def operators(cluster: Any, crd: None, namespace: str, tmp_path: Path,
 
 
 @pytest.fixture
-def rts(cluster: Any, crd: None, namespace: str) -> baton.Runtimes:
-    return baton.Runtimes(cluster.api_client, namespace)
+def rts(cluster: Any, crd: None, namespace: str) -> Runtimes:
+    return Runtimes(cluster.api_client, namespace)
 
 
 @pytest.fixture
-def pod_watch(cluster: Any, namespace: str) -> Iterator[baton.PodWatch]:
-    w = baton.PodWatch(cluster.api_client, namespace)
+def pod_watch(cluster: Any, namespace: str) -> Iterator[PodWatch]:
+    w = PodWatch(cluster.api_client, namespace)
     yield w
     w.stop()
 

@@ -25,10 +25,10 @@ from typing import Any
 
 import yaml
 
-from harness.baton import free_port
+from dev.ports import free_port
+from dev.wait import wait_for
 from harness.chart import CHART, ROOT, helm
 from harness.tools import pinned_tool
-from harness.wait import wait_for
 
 RELEASE, RELEASE_NAMESPACE, JOB = "baton", "baton-system", "baton-metrics"
 RUNBOOKS = "https://git.example.internal/platform/baton/-/blob/main/docs/runbooks.md"

@@ -10,8 +10,10 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
 Manifest = Callable[..., dict[str, Any]]
 
@@ -25,13 +27,13 @@ def read_or_none(read: Callable[[], Any]) -> Any:
         raise
 
 
-def set_image(rts: baton.Runtimes, name: str) -> None:
+def set_image(rts: Runtimes, name: str) -> None:
     rts.set_image(name, "example/tool:2")
 
 
-def handoff_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch, op: baton.OperatorProcess | None,
-                     *, manifest: Manifest = baton.runtime_manifest,
-                     change: Callable[[baton.Runtimes, str], None] = set_image,
+def handoff_scenario(rts: Runtimes, pod_watch: PodWatch, op: OperatorProcess | None,
+                     *, manifest: Manifest = runtime_manifest,
+                     change: Callable[[Runtimes, str], None] = set_image,
                      first_ready_timeout: float = 60, ready_timeout: float = 60) -> None:
     """Invariants 1, 2, 7: a template change hands off one generation at a time (g1's DELETED
     precedes g2's ADDED in the watch log); deleting the runtime retires it and removes its Lease
@@ -69,10 +71,10 @@ def handoff_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch, op: baton.O
              timeout=15, what="Lease and Service of mcp removed")
 
 
-def cleanup_failure_scenario(rts: baton.Runtimes, pod_watch: baton.PodWatch,
-                             op: baton.OperatorProcess | None, *,
-                             manifest: Manifest = baton.runtime_manifest,
-                             change: Callable[[baton.Runtimes, str], None] = set_image,
+def cleanup_failure_scenario(rts: Runtimes, pod_watch: PodWatch,
+                             op: OperatorProcess | None, *,
+                             manifest: Manifest = runtime_manifest,
+                             change: Callable[[Runtimes, str], None] = set_image,
                              ready_timeout: float = 60) -> None:
     """Invariant 5: CleanupFailed is held and no g2 starts until a force recovery names g1."""
     rts.create(manifest("stuck", budgets={"cleanupSeconds": 4}))

@@ -20,12 +20,13 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from harness import baton
+from dev.wait import WaitTimeout, wait_for
 from harness.chart import CHART, render
+from harness.operator import OperatorProcess
 from harness.prometheus import JOB, RELEASE_NAMESPACE, RUNBOOKS, Prometheus, chart_rules, stuck_threshold_in_runbook
-from harness.wait import WaitTimeout, wait_for
+from harness.runtimes import Runtimes, runtime_manifest
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 DASHBOARD = CHART / "dashboards" / "baton.json"
 # What Grafana puts in for the dashboard's variables: our scrape job and namespace, and a rate
 # window that covers the whole test.
@@ -83,7 +84,7 @@ def test_dashboard_configmap_is_opt_in_and_carries_the_json() -> None:
 
 
 def test_alerts_fire_and_resolve_and_every_dashboard_query_answers(
-        operators: Start, rts: baton.Runtimes, namespace: str,
+        operators: Start, rts: Runtimes, namespace: str,
         prometheus: Callable[[int], Prometheus]) -> None:
     op = operators("op-a")
     prom = prometheus(op.metrics_port)
@@ -92,7 +93,7 @@ def test_alerts_fire_and_resolve_and_every_dashboard_query_answers(
 
     budgets = {"lockSeconds": 2, "connectSeconds": 13, "drainSeconds": 3, "terminationGraceSeconds": 1,
                "cleanupSeconds": 4}
-    rts.create(baton.runtime_manifest("held", budgets=budgets))
+    rts.create(runtime_manifest("held", budgets=budgets))
     st1 = rts.wait_ready("held", 1)
     rts.core.patch_namespaced_pod(st1["current"]["pod"], namespace,
                                   {"metadata": {"finalizers": ["test.baton.dev/hold"]}})

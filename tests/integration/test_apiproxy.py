@@ -16,9 +16,11 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton, kwok
+from dev.wait import wait_for
+from harness import kwok
 from harness.apiproxy import ApiProxy, matching
-from harness.wait import wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
 
 
 @pytest.fixture
@@ -196,11 +198,11 @@ def test_blackhole_silences_an_open_watch(proxy: ApiProxy, cluster: Any, namespa
 
 
 def test_operator_through_the_proxy_brings_a_runtime_to_ready(
-        proxy: ApiProxy, operators: Callable[..., baton.OperatorProcess], rts: baton.Runtimes,
+        proxy: ApiProxy, operators: Callable[..., OperatorProcess], rts: Runtimes,
         namespace: str) -> None:
     op = operators("op-proxied", kubeconfig=proxy.kubeconfig)
     assert op.healthy()
-    rts.create(baton.runtime_manifest("via-proxy"))
+    rts.create(runtime_manifest("via-proxy"))
     st = rts.wait_ready("via-proxy", 1, timeout=60)
     assert st["current"]["uid"]
     log = proxy.log()

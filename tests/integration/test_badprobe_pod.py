@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from dev.wait import wait_for
 from harness import badprobe, kwok
-from harness.wait import wait_for
 
 
 def _pod_ip(core: client.CoreV1Api, name: str, namespace: str) -> str:

@@ -20,12 +20,14 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
+from dev.wait import wait_for
 from harness.chart import CHART, CRD_NAME, adopt_crd, can_i, classify_denials, sa_kubeconfig
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
 from harness.scenarios import cleanup_failure_scenario, handoff_scenario
-from harness.wait import wait_for
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 INSTANCE = "app.kubernetes.io/instance"
 
 
@@ -90,7 +92,7 @@ def deployment_env(cluster: Any, release_ns: str, name: str) -> dict[str, str]:
 
 
 def operator_as_chart_sa(cluster: Any, operators: Start, tmp_path: Path, release_ns: str,
-                         sa: str, env: dict[str, str], namespaces: list[str]) -> baton.OperatorProcess:
+                         sa: str, env: dict[str, str], namespaces: list[str]) -> OperatorProcess:
     token = cluster.sa_token(release_ns, sa, expiration_seconds=1800)
     kubeconfig = sa_kubeconfig(cluster, token, tmp_path / "chart-sa.kubeconfig")
     # Settings as the chart sets them, except what a test must keep local: its ports, short
@@ -106,7 +108,7 @@ def no_gaps(gaps: list[str]) -> None:
     assert not gaps, "the operator hit RBAC denials of a known kind: " + " | ".join(gaps)
 
 
-def rbac_denials(op: baton.OperatorProcess) -> list[str]:
+def rbac_denials(op: OperatorProcess) -> list[str]:
     gaps, unknown = classify_denials(op.log_text())
     assert not unknown, "the operator hit RBAC denials:\n" + "\n".join(unknown[:20])
     return gaps
@@ -180,7 +182,7 @@ CLUSTER_DENIED = [
 
 
 def test_namespaced_install_least_privilege_and_operator_on_its_token(
-        cluster: Any, operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch,
+        cluster: Any, operators: Start, rts: Runtimes, pod_watch: PodWatch,
         namespace: str, release_ns: str, tmp_path: Path) -> None:
     release = "baton-ns"
     notes = install(cluster, release, release_ns, "--set-json", f'watch={{"namespaces":["{namespace}"]}}')
@@ -266,8 +268,8 @@ def test_cluster_wide_install_least_privilege(cluster: Any, namespace: str, rele
     uninstall_leaves_nothing(cluster, release, [release_ns])
 
 
-def test_cluster_wide_operator_on_its_token(cluster: Any, operators: Start, rts: baton.Runtimes,
-                                            pod_watch: baton.PodWatch, namespace: str,
+def test_cluster_wide_operator_on_its_token(cluster: Any, operators: Start, rts: Runtimes,
+                                            pod_watch: PodWatch, namespace: str,
                                             release_ns: str, tmp_path: Path) -> None:
     """The default (all namespaces) install is enough for a handoff, and its log shows no 403."""
     release = "baton-cwop"
@@ -279,7 +281,7 @@ def test_cluster_wide_operator_on_its_token(cluster: Any, operators: Start, rts:
     # The default grants no Secret reads: a runtime referencing one still runs, and says that
     # the Secret's changes will start no handoff.
     rts.core.create_namespaced_secret(namespace, {"metadata": {"name": "api-key"}, "data": {"k": "dg=="}})
-    m = baton.runtime_manifest("sec")
+    m = runtime_manifest("sec")
     m["spec"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "K", "valueFrom": {"secretKeyRef": {"name": "api-key", "key": "k"}}}]
     rts.create(m)

@@ -1,6 +1,6 @@
 """Proof that the local control plane behaves like a real cluster where Baton depends on it.
 
-Every wait is bounded in time and count (harness.wait); the only traffic besides the API server
+Every wait is bounded in time and count (dev.wait); the only traffic besides the API server
 (127.0.0.1) is a TCP exchange with a pod IP inside 127.0.0.0/8.
 """
 from __future__ import annotations
@@ -16,12 +16,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from dev.wait import stays, wait_for
 from harness.cluster import Cluster
 from harness.kwok import (
     LOOPBACK_CIDR, LOOPBACK_NODE, NEVER_READY, NODE, NODE_CIDR, assert_loopback, is_ready,
     pod_manifest,
 )
-from harness.wait import stays, wait_for
 
 pytestmark = pytest.mark.usefixtures("kwok_nodes")
 

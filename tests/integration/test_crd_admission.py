@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from harness import baton
-from harness.wait import wait_for
+from dev.wait import wait_for
+from harness.runtimes import runtime_manifest
 
 
 def _valid(name: str = "ok") -> dict[str, Any]:
-    return baton.runtime_manifest(name)
+    return runtime_manifest(name)
 
 
 def _with(path: list[str], value: Any, name: str = "bad") -> dict[str, Any]:

@@ -11,8 +11,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton, scenarios
-from harness.wait import wait_for
+from dev.wait import wait_for
+from harness import scenarios
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -43,9 +45,9 @@ def agents(cluster: Any, crd: None, _namespace_reaper: list[str]) -> Iterator[st
         yield NS
     finally:
         custom = client.CustomObjectsApi(cluster.api_client)
-        for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, NS, baton.PLURAL)["items"]:
+        for rt in custom.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL)["items"]:
             _ignore_404(lambda: custom.patch_namespaced_custom_object(
-                baton.GROUP, baton.VERSION, NS, baton.PLURAL, rt["metadata"]["name"],
+                GROUP, VERSION, NS, PLURAL, rt["metadata"]["name"],
                 {"metadata": {"finalizers": None}}))
         for pod in core.list_namespaced_pod(NS).items:
             _ignore_404(lambda: core.delete_namespaced_pod(pod.metadata.name, NS, grace_period_seconds=0))
@@ -62,8 +64,8 @@ def _ignore_404(call: Callable[[], Any]) -> None:
 
 
 def test_examples_are_admitted_as_they_are_and_run(
-        cluster: Any, agents: str, operators: Callable[..., baton.OperatorProcess]) -> None:
-    rts = baton.Runtimes(cluster.api_client, agents)
+        cluster: Any, agents: str, operators: Callable[..., OperatorProcess]) -> None:
+    rts = Runtimes(cluster.api_client, agents)
     names = {}
     for path in EXAMPLES:
         res = cluster.kubectl("apply", "-f", str(path), check=False)

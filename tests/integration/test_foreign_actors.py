@@ -13,13 +13,15 @@ from typing import Any, Callable
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, runtime_manifest
+from harness.watchlog import PodWatch, WatchLog
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
-def _condition(rts: baton.Runtimes, name: str, kind: str) -> dict[str, Any]:
+def _condition(rts: Runtimes, name: str, kind: str) -> dict[str, Any]:
     return rts.condition(name, kind) or {}
 
 
@@ -29,11 +31,11 @@ def _user_pod(name: str) -> dict[str, Any]:
 
 
 def test_label_edited_away_then_template_change_never_two_pods(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """A person removes baton.dev/runtime from the serving pod (debugging), then the template
     changes: the old pod is still found (GET by name) and retired before g2 is created."""
     operators("op-a")
-    rts.create(baton.runtime_manifest("lbl", pod_annotations={"baton.dev/test-terminate-after": "3s"}))
+    rts.create(runtime_manifest("lbl", pod_annotations={"baton.dev/test-terminate-after": "3s"}))
     rts.wait_ready("lbl", 1)
     rts.core.patch_namespaced_pod("lbl", rts.ns, [{"op": "remove", "path": "/metadata/labels/baton.dev~1runtime"}])
     assert "baton.dev/runtime" not in (rts.pod("lbl").metadata.labels or {})
@@ -46,11 +48,11 @@ def test_label_edited_away_then_template_change_never_two_pods(
 
 
 def test_ownerreference_removed_pod_is_never_touched_until_it_goes(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """A pod whose ownerReference was removed is no longer Baton's: not relabelled, not deleted,
     no second pod; Degraded=True NameConflict names it; once a person deletes it, g2 starts."""
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("own"))
+    rts.create(runtime_manifest("own"))
     rts.wait_ready("own", 1)
     rts.core.patch_namespaced_pod("own", rts.ns, [{"op": "remove", "path": "/metadata/ownerReferences"}])
     before = rts.pod("own")
@@ -72,7 +74,7 @@ def test_ownerreference_removed_pod_is_never_touched_until_it_goes(
 
 
 def test_users_pod_with_the_runtimes_name_blocks_without_a_hot_loop(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """A pod someone else made under the runtime's name: untouched, NameConflict reported once,
     no pod create loop; the runtime proceeds once it is removed."""
     rts.core.create_namespaced_pod(rts.ns, _user_pod("squat"))
@@ -81,7 +83,7 @@ def test_users_pod_with_the_runtimes_name_blocks_without_a_hot_loop(
                          for c in (rts.pod("squat").status.conditions or [])), timeout=20, what="user's pod Ready")
     user_rv = rts.pod("squat").metadata.resource_version
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("squat"))
+    rts.create(runtime_manifest("squat"))
     wait_for(lambda: _condition(rts, "squat", "Degraded").get("reason") == "NameConflict", timeout=15,
              what="Degraded NameConflict")
     assert "pod " + rts.ns + "/squat" in _condition(rts, "squat", "Degraded")["message"]
@@ -98,7 +100,7 @@ def test_users_pod_with_the_runtimes_name_blocks_without_a_hot_loop(
 
 
 def test_users_service_with_the_runtimes_name_is_never_patched_or_deleted(
-        operators: Start, rts: baton.Runtimes, namespace: str) -> None:
+        operators: Start, rts: Runtimes, namespace: str) -> None:
     """With spec.service unset, a user's Service of the same name is left alone (also when the
     runtime is deleted); with spec.service set, NameConflict says so and it is still untouched."""
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "svcu"},
@@ -106,7 +108,7 @@ def test_users_service_with_the_runtimes_name_is_never_patched_or_deleted(
     rts.core.create_namespaced_service(namespace, svc)
     rv = rts.core.read_namespaced_service("svcu", namespace).metadata.resource_version
     operators("op-a")
-    rts.create(baton.runtime_manifest("svcu"))
+    rts.create(runtime_manifest("svcu"))
     rts.wait_ready("svcu", 1)
     rts.patch("svcu", {"spec": {"service": {"ports": [{"port": 80, "targetPort": 8080}]}}})
     wait_for(lambda: _condition(rts, "svcu", "Degraded").get("reason") == "NameConflict", timeout=15,
@@ -119,12 +121,12 @@ def test_users_service_with_the_runtimes_name_is_never_patched_or_deleted(
 
 
 def test_pod_the_api_server_refuses_is_reported_and_retried_boundedly(
-        operators: Start, rts: baton.Runtimes) -> None:
+        operators: Start, rts: Runtimes) -> None:
     """A container without an image: the CRD admits it, the API server refuses the pod.
     PodRejected quotes the API server within seconds; create attempts stay logarithmic in
     connectSeconds (counted by the operator's own metric), and deletion still completes."""
     op = operators("op-a")
-    manifest = baton.runtime_manifest("noimg", budgets={"connectSeconds": 20})
+    manifest = runtime_manifest("noimg", budgets={"connectSeconds": 20})
     del manifest["spec"]["template"]["spec"]["containers"][0]["image"]
     rts.create(manifest)
     t0 = time.monotonic()
@@ -144,17 +146,17 @@ def test_pod_the_api_server_refuses_is_reported_and_retried_boundedly(
 
 
 def test_foreign_condition_and_unknown_step_do_not_stop_the_operator(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """Another tool's condition type is kept through handoffs; a step this version does not
     know (written by a newer Baton) is resumed safely; the operator keeps working."""
     operators("op-a")
-    rts.create(baton.runtime_manifest("tol"))
+    rts.create(runtime_manifest("tol"))
     st1 = rts.wait_ready("tol", 1)
     theirs = {"type": "example.com/Audited", "status": "True", "reason": "Checked", "message": "by another tool",
               "lastTransitionTime": "2026-01-01T00:00:00Z"}
     now = "2026-11-30T00:00:00Z"
     rts.custom.patch_namespaced_custom_object_status(
-        baton.GROUP, baton.VERSION, rts.ns, baton.PLURAL, "tol",
+        GROUP, VERSION, rts.ns, PLURAL, "tol",
         {"status": {"conditions": [*st1["conditions"], theirs],
                     "transition": {"kind": "Handoff", "trigger": "FutureTrigger", "step": "Quiescing",
                                    "from": 1, "fromPod": "tol", "fromUid": st1["current"]["uid"], "to": 2,
@@ -169,11 +171,11 @@ def test_foreign_condition_and_unknown_step_do_not_stop_the_operator(
 
 
 def test_unreadable_template_is_degraded_and_deletion_completes(
-        operators: Start, rts: baton.Runtimes) -> None:
+        operators: Start, rts: Runtimes) -> None:
     """A PodSpec field the CRD preserves without checking (volumes: a string) cannot be read:
     Degraded=True InvalidSpec with the reason; deleting the runtime still completes."""
     op = operators("op-a")
-    manifest = baton.runtime_manifest("bad")
+    manifest = runtime_manifest("bad")
     manifest["spec"]["template"]["spec"]["volumes"] = "not-a-list"
     rts.create(manifest)
     wait_for(lambda: _condition(rts, "bad", "Degraded").get("reason") == "InvalidSpec", timeout=15,
@@ -185,11 +187,11 @@ def test_unreadable_template_is_degraded_and_deletion_completes(
 
 
 def test_reset_removed_only_if_unchanged_and_its_wait_is_persisted(
-        operators: Start, rts: baton.Runtimes) -> None:
+        operators: Start, rts: Runtimes) -> None:
     """A reset seen mid-transition is persisted in status.pendingReset (with the time), so its
     bound holds across replicas."""
     operators("op-a")
-    rts.create(baton.runtime_manifest("pend", budgets={"drainSeconds": 6, "lockSeconds": 3},
+    rts.create(runtime_manifest("pend", budgets={"drainSeconds": 6, "lockSeconds": 3},
                                       drain_probe={"httpGet": {"path": "/idle", "port": 8080}}))
     rts.wait_ready("pend", 1)
     rts.set_image("pend", "example/tool:2")
@@ -205,11 +207,11 @@ def test_reset_removed_only_if_unchanged_and_its_wait_is_persisted(
 
 
 def test_replica_with_a_clock_30s_off_never_acts_on_a_runtime_another_holds(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any, namespace: str) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any, namespace: str) -> None:
     """Lease expiry is judged by each replica's own monotonic clock: a replica whose wall clock
     runs 30 s ahead (or behind) does not take a Lease the holder keeps renewing."""
     a = operators("op-a")
-    rts.create(baton.runtime_manifest("skew", budgets={"drainSeconds": 12},
+    rts.create(runtime_manifest("skew", budgets={"drainSeconds": 12},
                                       drain_probe={"httpGet": {"path": "/idle", "port": 8080}}))
     rts.wait_ready("skew", 1)
     ahead = operators("op-ahead", env={"BATON_FAULT_CLOCK_OFFSET_SECONDS": "30"})
@@ -240,13 +242,13 @@ def test_replica_with_a_clock_30s_off_never_acts_on_a_runtime_another_holds(
 
 
 def test_an_owned_pod_no_view_selects_is_retired_before_the_runtime_goes(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any, namespace: str) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any, namespace: str) -> None:
     """A late create whose runtime label was then edited off (found by the model check): a pod of
     the runtime's name, owned by it, that no label-selected view lists and no status names. When
     the runtime is deleted, the GET by name before its finalizer goes (ConfirmNoPod) finds it:
     Baton retires it while the runtime still exists; the garbage collector is not left to do it."""
     operators("op-a")
-    rt = rts.create(baton.runtime_manifest("unseen", suspend=True))
+    rt = rts.create(runtime_manifest("unseen", suspend=True))
     wait_for(lambda: _condition(rts, "unseen", "Suspended").get("status") == "True", timeout=30,
              what="unseen Suspended")
     rts.core.create_namespaced_pod(rts.ns, {
@@ -255,7 +257,7 @@ def test_an_owned_pod_no_view_selects_is_retired_before_the_runtime_goes(
             "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": "unseen",
             "uid": rt["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]},
         "spec": {"terminationGracePeriodSeconds": 1, "containers": [{"name": "server", "image": "example/tool:1"}]}})
-    runtimes = baton.WatchLog(cluster.api_client, namespace, "toolruntimes")
+    runtimes = WatchLog(cluster.api_client, namespace, "toolruntimes")
     try:
         rts.delete("unseen")
         wait_for(lambda: not rts.exists("unseen"), timeout=60, what="unseen removed")
@@ -273,13 +275,13 @@ def test_an_owned_pod_no_view_selects_is_retired_before_the_runtime_goes(
 
 
 def test_a_late_create_landing_with_no_pod_standing_is_retired_before_the_next_create(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """The real-plane half of model seed 700018: a create held in the network lands after its
     transition ended (the runtime suspended: no pod stands), and its runtime label is edited off,
     so no view lists it and no status names it. Resumed, Baton's create is refused by name (409);
     it reads the name, retires that pod by UID, and only then creates the next generation."""
     op = operators("op-a")
-    rt = rts.create(baton.runtime_manifest("landed"))
+    rt = rts.create(runtime_manifest("landed"))
     rts.wait_ready("landed", 1)
     rts.patch("landed", {"spec": {"suspend": True}})
     wait_for(lambda: _condition(rts, "landed", "Suspended").get("status") == "True" and not rts.pods("landed")

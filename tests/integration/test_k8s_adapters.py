@@ -17,9 +17,9 @@ import pytest
 from kubernetes import client as k8s
 
 from baton.k8s import api, claims, client, pods, services
+from dev.wait import wait_for
 from harness.cluster import Cluster
 from harness.kwok import pod_manifest
-from harness.wait import wait_for
 
 T = TypeVar("T")
 

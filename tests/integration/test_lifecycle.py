@@ -13,18 +13,20 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
 def test_template_change_hands_off_one_generation_at_a_time(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any,
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any,
         namespace: str) -> None:
     """Invariants 1, 2: g1's DELETED precedes g2's ADDED; exactly one g2; history says Retired."""
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("mcp", service=True))
+    rts.create(runtime_manifest("mcp", service=True))
     st1 = rts.wait_ready("mcp", 1)
     g1_uid = st1["current"]["uid"]
     pod1 = rts.gen_pod("mcp", 1)
@@ -65,11 +67,11 @@ def test_template_change_hands_off_one_generation_at_a_time(
     assert op.metric("baton_step_duration_seconds_count", step="Draining") == 0
 
 
-def test_idle_runtime_costs_no_writes(operators: Start, rts: baton.Runtimes, cluster: Any,
+def test_idle_runtime_costs_no_writes(operators: Start, rts: Runtimes, cluster: Any,
                                       namespace: str) -> None:
     """The Lease is held only during a transition: an idle runtime writes nothing."""
     operators("op-a")
-    rts.create(baton.runtime_manifest("idle", service=True))
+    rts.create(runtime_manifest("idle", service=True))
     rts.wait_ready("idle", 1)
     coord = client.CoordinationV1Api(cluster.api_client)
     # Let the release and the Service settle, then nothing may change any more.
@@ -87,11 +89,11 @@ def test_idle_runtime_costs_no_writes(operators: Start, rts: baton.Runtimes, clu
 
 
 def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """Invariant 5: CleanupFailed stays, no g2 starts, a stale force-recovery is refused; the one
     naming g1 abandons it, recorded in history with g1's UID."""
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("stuck", budgets={"cleanupSeconds": 4}))
+    rts.create(runtime_manifest("stuck", budgets={"cleanupSeconds": 4}))
     st1 = rts.wait_ready("stuck", 1)
     g1_uid = st1["current"]["uid"]
     rts.core.patch_namespaced_pod("stuck", rts.ns, {"metadata": {"finalizers": ["test.baton.dev/hold"]}})
@@ -141,11 +143,11 @@ def test_cleanup_failure_is_kept_across_restart_until_force_recovery(
 
 
 def test_serving_pod_readiness_is_reported_without_a_handoff(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """READY in `kubectl get trt` follows the serving pod; a pod that is merely un-Ready is not
     replaced (it may recover), only reported."""
     operators("op-a")
-    rts.create(baton.runtime_manifest("flaky"))
+    rts.create(runtime_manifest("flaky"))
     st1 = rts.wait_ready("flaky", 1)
     rts.core.patch_namespaced_pod("flaky", rts.ns,
                                   {"metadata": {"annotations": {"baton.dev/test-never-ready": "true"}}})

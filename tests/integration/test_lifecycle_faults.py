@@ -15,24 +15,27 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.ports import free_port
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
-def _step(rts: baton.Runtimes, name: str) -> str | None:
+def _step(rts: Runtimes, name: str) -> str | None:
     t = rts.status(name).get("transition") or {}
     return t.get("step")
 
 
 def test_sigkill_mid_handoff_is_finished_by_the_next_holder(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """Invariants 2, 6: killed while Draining and again while AwaitingPodGone, the handoff is
     finished by the restarted operator with the same target generation; exactly one g2."""
     # The drain probe points at a kwok-a pod IP the operator may not dial (tests allow only
     # loopback), so Draining lasts its whole budget; pods take 6 s to terminate.
-    rts.create(baton.runtime_manifest(
+    rts.create(runtime_manifest(
         "resume", budgets={"drainSeconds": 8, "cleanupSeconds": 30},
         drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1},
         pod_annotations={"baton.dev/test-terminate-after": "6s"}))
@@ -64,12 +67,12 @@ def test_sigkill_mid_handoff_is_finished_by_the_next_holder(
 
 
 def test_two_replicas_ten_runtimes_three_rounds(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """Invariants 1-3 with two operator processes acting at once: every generation exists once
     and never overlaps its predecessor."""
     names = [f"rt{i}" for i in range(10)]
     for n in names:
-        rts.create(baton.runtime_manifest(n))
+        rts.create(runtime_manifest(n))
     a = operators("op-a")
     b = operators("op-b")
     for n in names:
@@ -92,7 +95,7 @@ def test_two_replicas_ten_runtimes_three_rounds(
 
 @pytest.mark.parametrize("fresh_rv", [True, False], ids=["cel-fence", "rv-precondition"])
 def test_frozen_holder_is_fenced_by_the_api_server(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, fresh_rv: bool) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, fresh_rv: bool) -> None:
     """Invariant 3: a holder SIGSTOPped past its Lease, then SIGCONTed after another took over,
     has its status write refused by the API server and creates no pod.
 
@@ -101,7 +104,7 @@ def test_frozen_holder_is_fenced_by_the_api_server(
     only the CRD's CEL rule on fencingToken can refuse it: it does ("must not decrease").
     rv-precondition: the write carries the version it was decided on, as Baton sends it; the API
     server refuses it as a Conflict before CEL is asked, and op-a reads again and stands down."""
-    rts.create(baton.runtime_manifest("fence"))
+    rts.create(runtime_manifest("fence"))
     env = {"BATON_FAULT_DELAY_STATUS_WRITE": "Creating=3"}
     if fresh_rv:
         env["BATON_FAULT_STATUS_WRITE_FRESH_RV"] = "1"
@@ -176,13 +179,13 @@ class _DrainServer:
 
 @pytest.mark.usefixtures("kwok_nodes")
 @pytest.mark.parametrize("answers_200", [True, False], ids=["idle-after-503s", "never-idle"])
-def test_drain_probe_gates_the_delete(operators: Start, rts: baton.Runtimes,
-                                      pod_watch: baton.PodWatch, answers_200: bool) -> None:
+def test_drain_probe_gates_the_delete(operators: Start, rts: Runtimes,
+                                      pod_watch: PodWatch, answers_200: bool) -> None:
     """The old pod is deleted only after its drain probe answers 200, or after drainSeconds
     with DrainIncomplete recorded."""
-    port = baton.free_port()
+    port = free_port()
     drain_seconds = 6
-    rts.create(baton.runtime_manifest(
+    rts.create(runtime_manifest(
         "drain", loopback=True, budgets={"drainSeconds": drain_seconds},
         drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1}))
     op = operators("op-a")
@@ -218,13 +221,13 @@ def test_drain_probe_gates_the_delete(operators: Start, rts: baton.Runtimes,
     assert pod_watch.assert_one_at_a_time("drain") == [1, 2]
 
 
-def test_connect_timeout_retires_and_backs_off(operators: Start, rts: baton.Runtimes,
-                                              pod_watch: baton.PodWatch) -> None:
+def test_connect_timeout_retires_and_backs_off(operators: Start, rts: Runtimes,
+                                              pod_watch: PodWatch) -> None:
     """Invariant 4 (connect budget) and 1: a pod that never becomes Ready gives Degraded
     ConnectTimeout within connectSeconds + 5 s; each retry waits longer; never two at once."""
     connect = 2
     t0 = time.monotonic()
-    rts.create(baton.runtime_manifest("noready", budgets={"connectSeconds": connect},
+    rts.create(runtime_manifest("noready", budgets={"connectSeconds": connect},
                                       pod_annotations={"baton.dev/test-never-ready": "true"}))
     op = operators("op-a")  # back-off base 2 s in tests: 2, 4, 8 ...
 
@@ -250,12 +253,12 @@ def test_connect_timeout_retires_and_backs_off(operators: Start, rts: baton.Runt
     assert rts.events_posted("noready", "ConnectTimeout")
 
 
-def test_delete_mid_handoff_leaves_nothing(operators: Start, rts: baton.Runtimes,
-                                           pod_watch: baton.PodWatch, cluster: Any,
+def test_delete_mid_handoff_leaves_nothing(operators: Start, rts: Runtimes,
+                                           pod_watch: PodWatch, cluster: Any,
                                            namespace: str) -> None:
     """Invariant 7: deleting a runtime while it hands off retires the old pod the same way,
     creates nothing new, then removes its Service and Lease, then its finalizer."""
-    rts.create(baton.runtime_manifest("gone", service=True,
+    rts.create(runtime_manifest("gone", service=True,
                                       pod_annotations={"baton.dev/test-terminate-after": "4s"}))
     operators("op-a")
     rts.wait_ready("gone", 1)
@@ -273,10 +276,10 @@ def test_delete_mid_handoff_leaves_nothing(operators: Start, rts: baton.Runtimes
     assert lease.value.status == 404
 
 
-def test_lost_pod_is_handed_off_to_a_new_number(operators: Start, rts: baton.Runtimes,
-                                                pod_watch: baton.PodWatch) -> None:
+def test_lost_pod_is_handed_off_to_a_new_number(operators: Start, rts: Runtimes,
+                                                pod_watch: PodWatch) -> None:
     """A pod of the current generation deleted by someone else: recorded, and g2 follows."""
-    rts.create(baton.runtime_manifest("lost"))
+    rts.create(runtime_manifest("lost"))
     operators("op-a")
     st1 = rts.wait_ready("lost", 1)
     rts.core.delete_namespaced_pod("lost", rts.ns, grace_period_seconds=0)
@@ -287,10 +290,10 @@ def test_lost_pod_is_handed_off_to_a_new_number(operators: Start, rts: baton.Run
     assert pod_watch.assert_one_at_a_time("lost") == [1, 2]
 
 
-def test_api_server_rejects_a_lower_fencing_token(operators: Start, rts: baton.Runtimes) -> None:
+def test_api_server_rejects_a_lower_fencing_token(operators: Start, rts: Runtimes) -> None:
     """Invariant 3's fence lives in the API server: status.fencingToken and current.generation
     never decrease, whoever writes."""
-    rts.create(baton.runtime_manifest("cel"))
+    rts.create(runtime_manifest("cel"))
     operators("op-a")
     st = rts.wait_ready("cel", 1)
     for patch, field in ((({"fencingToken": st["fencingToken"] - 1}), "fencingToken"),
@@ -298,17 +301,17 @@ def test_api_server_rejects_a_lower_fencing_token(operators: Start, rts: baton.R
                          ({"latestGeneration": 0}, "latestGeneration")):
         with pytest.raises(ApiException) as err:
             rts.custom.patch_namespaced_custom_object_status(
-                baton.GROUP, baton.VERSION, rts.ns, baton.PLURAL, "cel", {"status": patch})
+                GROUP, VERSION, rts.ns, PLURAL, "cel", {"status": patch})
         assert err.value.status == 422
         assert f"status.{field} must not decrease" in err.value.body
 
 
-def test_lock_timeout_is_reported_and_retried(operators: Start, rts: baton.Runtimes, cluster: Any,
-                                             namespace: str, pod_watch: baton.PodWatch) -> None:
+def test_lock_timeout_is_reported_and_retried(operators: Start, rts: Runtimes, cluster: Any,
+                                             namespace: str, pod_watch: PodWatch) -> None:
     """Invariant 4 (lock budget): a Lease held elsewhere past lockSeconds gives Degraded
     LockTimeout; the handoff starts once the Lease is free, and Degraded clears."""
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("locked", budgets={"lockSeconds": 2}))
+    rts.create(runtime_manifest("locked", budgets={"lockSeconds": 2}))
     rts.wait_ready("locked", 1)
     coord = client.CoordinationV1Api(cluster.api_client)
     wait_for(lambda: not coord.read_namespaced_lease("baton-locked", namespace).spec.holder_identity,

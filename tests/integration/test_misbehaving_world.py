@@ -14,18 +14,22 @@ from typing import Any, Callable
 
 import pytest
 
-from harness import apiproxy, badprobe, baton
-from harness.wait import wait_for
+from dev.ports import free_port
+from dev.wait import wait_for
+from harness import apiproxy, badprobe
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
-def _step(rts: baton.Runtimes, name: str) -> str | None:
+def _step(rts: Runtimes, name: str) -> str | None:
     return (rts.status(name).get("transition") or {}).get("step")
 
 
 def test_a_create_delivered_late_is_refused_by_the_api_server(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any,
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any,
         namespace: str, tmp_path: Path) -> None:
     """Invariant 1 against a stale holder: op-a's pod POST for g2 is held in the proxy; op-a is
     frozen; op-b takes over and completes two handoffs (g2, g3); then the held POST reaches the
@@ -33,7 +37,7 @@ def test_a_create_delivered_late_is_refused_by_the_api_server(
     (tmp_path / "proxy").mkdir()
     with apiproxy.ApiProxy(cluster.kubeconfig, tmp_path / "proxy") as proxy:
         a = operators("op-a", kubeconfig=proxy.kubeconfig)
-        rts.create(baton.runtime_manifest("late"))
+        rts.create(runtime_manifest("late"))
         rts.wait_ready("late", 1)
         proxy.hold(apiproxy.matching(method="POST", path=rf"/api/v1/namespaces/{namespace}/pods"))
         rts.set_image("late", "example/tool:2")
@@ -54,7 +58,7 @@ def test_a_create_delivered_late_is_refused_by_the_api_server(
 
 
 def test_a_replica_gone_half_open_mid_draining_is_replaced_within_budgets(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any,
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any,
         tmp_path: Path) -> None:
     """op-a holds the Lease while Draining when its connection goes half-open (the proxy stops
     answering): its requests time out, it stops acting, its Lease stops changing; op-b, started
@@ -63,7 +67,7 @@ def test_a_replica_gone_half_open_mid_draining_is_replaced_within_budgets(
     (tmp_path / "proxy").mkdir()
     with apiproxy.ApiProxy(cluster.kubeconfig, tmp_path / "proxy") as proxy:
         operators("op-a", kubeconfig=proxy.kubeconfig)
-        rts.create(baton.runtime_manifest(
+        rts.create(runtime_manifest(
             "half", budgets={"drainSeconds": drain, "cleanupSeconds": cleanup},
             drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1}))
         rts.wait_ready("half", 1)
@@ -82,19 +86,19 @@ def test_a_replica_gone_half_open_mid_draining_is_replaced_within_budgets(
 
 
 def _probe_runtime(name: str, drain: int, cleanup: int, port: int) -> dict[str, Any]:
-    return baton.runtime_manifest(
+    return runtime_manifest(
         name, loopback=True, budgets={"drainSeconds": drain, "cleanupSeconds": cleanup},
         drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1, "timeoutSeconds": 1})
 
 
 @pytest.mark.usefixtures("kwok_nodes")
 def test_misbehaving_drain_probes_end_within_budgets_and_dial_nothing_else(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """Tools that answer 302 to another loopback address, trickle a byte a second, or answer
     garbage: each handoff ends within drainSeconds + cleanupSeconds + a few seconds, the redirect
     target receives nothing, and deleting the runtimes completes."""
     drain, cleanup = 4, 10
-    port = baton.free_port()
+    port = free_port()
     op = operators("op-a")
     kinds = ("redirect", "trickle", "garbage")
     for kind in kinds:
@@ -127,12 +131,12 @@ def test_misbehaving_drain_probes_end_within_budgets_and_dial_nothing_else(
 
 @pytest.mark.usefixtures("kwok_nodes")
 def test_thirty_stuck_probes_do_not_delay_a_healthy_runtime(
-        operators: Start, rts: baton.Runtimes) -> None:
+        operators: Start, rts: Runtimes) -> None:
     """30 runtimes whose tools trickle their answer drain at the same time as a healthy one whose
     tool is idle: the healthy handoff is not held up by the others (bounded probe concurrency,
     one deadline per probe, probes apart from Lease renewals)."""
     drain, cleanup = 20, 10
-    port = baton.free_port()
+    port = free_port()
     operators("op-a")
     names = [f"slow-{i:02d}" for i in range(30)]
     for name in names:

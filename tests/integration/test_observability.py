@@ -16,10 +16,12 @@ import pytest
 from prometheus_client import parser as prom_parser
 
 import baton as baton_pkg
-from harness import baton
-from harness.wait import wait_for
+from dev.ports import free_port
+from dev.wait import wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 SEVERITIES = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
 
 
@@ -30,10 +32,10 @@ def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str
 
 
 def test_operator_logs_are_json_lines_and_metrics_are_complete(
-        operators: Start, rts: baton.Runtimes, namespace: str) -> None:
+        operators: Start, rts: Runtimes, namespace: str) -> None:
     # DEBUG: kopf's own per-object records (with their object reference) are printed too.
     op = operators("op-obs", env={"BATON_LOG_LEVEL": "DEBUG"})
-    rts.create(baton.runtime_manifest("observed"))
+    rts.create(runtime_manifest("observed"))
     st = rts.wait_ready("observed", 1)
     conditions = {c["type"]: c["status"] for c in st["conditions"]}
     assert conditions["Ready"] == "True" and conditions["CleanupFailed"] == "False"
@@ -120,7 +122,7 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     assert kopf_records, "no record of kopf's own"
     # kopf is the process shell here and handles no object itself (Baton's informers watch), so
     # its records carry no object reference; where one does, it is an object, not a string
-    # (tests/unit/test_logs.py shapes a kopf record with k8s_ref).
+    # (tests/unit/observability/test_logs.py shapes a kopf record with k8s_ref).
     refs = [r["object"] for r in kopf_records if "object" in r]
     assert all(isinstance(ref, dict) for ref in refs)
     messages = [r["message"] for r in records if r["logger"].startswith("baton")]
@@ -166,9 +168,9 @@ def _status_of(url: str) -> int:
 
 @pytest.mark.usefixtures("kwok_nodes")
 def test_readyz_turns_503_while_shutting_down_and_livez_stays_200(
-        operators: Start, rts: baton.Runtimes) -> None:
-    port = baton.free_port()
-    rts.create(baton.runtime_manifest(
+        operators: Start, rts: Runtimes) -> None:
+    port = free_port()
+    rts.create(runtime_manifest(
         "closing", loopback=True, budgets={"drainSeconds": 30},
         drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1, "timeoutSeconds": 15}))
     op = operators("op-a")

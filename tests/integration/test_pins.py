@@ -10,54 +10,56 @@ from typing import Any, Callable
 
 from kubernetes import client
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, VERSION, Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 PLURAL = "toolruntimeclaims"
 
 
-def _claims(rts: baton.Runtimes) -> client.CustomObjectsApi:
+def _claims(rts: Runtimes) -> client.CustomObjectsApi:
     return client.CustomObjectsApi(rts.core.api_client)
 
 
-def make_claim(rts: baton.Runtimes, name: str, *, runtime: str, generation: int, state: str,
+def make_claim(rts: Runtimes, name: str, *, runtime: str, generation: int, state: str,
                fork: str = "plan-1", branch: str = "b", references: list[str] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {"runtimeRef": {"name": runtime}, "generation": generation, "fork": fork,
                             "branch": branch, "state": state}
     if references:
         spec["references"] = list(references)
-    body = {"apiVersion": f"{baton.GROUP}/{baton.VERSION}", "kind": "ToolRuntimeClaim", "metadata": {"name": name},
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ToolRuntimeClaim", "metadata": {"name": name},
             "spec": spec}
-    created: dict[str, Any] = _claims(rts).create_namespaced_custom_object(baton.GROUP, baton.VERSION, rts.ns, PLURAL, body)
+    created: dict[str, Any] = _claims(rts).create_namespaced_custom_object(GROUP, VERSION, rts.ns, PLURAL, body)
     return created
 
 
-def set_state(rts: baton.Runtimes, name: str, state: str) -> dict[str, Any]:
+def set_state(rts: Runtimes, name: str, state: str) -> dict[str, Any]:
     patched: dict[str, Any] = _claims(rts).patch_namespaced_custom_object(
-        baton.GROUP, baton.VERSION, rts.ns, PLURAL, name, {"spec": {"state": state}})
+        GROUP, VERSION, rts.ns, PLURAL, name, {"spec": {"state": state}})
     return patched
 
 
-def read_claim(rts: baton.Runtimes, name: str) -> dict[str, Any]:
-    got: dict[str, Any] = _claims(rts).get_namespaced_custom_object(baton.GROUP, baton.VERSION, rts.ns, PLURAL, name)
+def read_claim(rts: Runtimes, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = _claims(rts).get_namespaced_custom_object(GROUP, VERSION, rts.ns, PLURAL, name)
     return got
 
 
-def _cond(rts: baton.Runtimes, name: str, kind: str) -> dict[str, Any]:
+def _cond(rts: Runtimes, name: str, kind: str) -> dict[str, Any]:
     return rts.condition(name, kind) or {}
 
 
-def serving(rts: baton.Runtimes, runtime: str, uid: str) -> bool:
+def serving(rts: Runtimes, runtime: str, uid: str) -> bool:
     pod = rts.pod(runtime)
     return (pod is not None and pod.metadata.uid == uid and pod.metadata.deletion_timestamp is None
             and (pod.metadata.labels or {}).get("baton.dev/serving") == "true")
 
 
 def test_pinned_retire_waits_then_proceeds_when_the_claim_is_released(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     operators("op-a")
-    rts.create(baton.runtime_manifest("pin", budgets={"pinSeconds": 300}))
+    rts.create(runtime_manifest("pin", budgets={"pinSeconds": 300}))
     rts.wait_ready("pin", 1)
     g1 = rts.pod("pin").metadata.uid
     make_claim(rts, "plan-1-b", runtime="pin", generation=1, state="CommitEligible")
@@ -83,9 +85,9 @@ def test_pinned_retire_waits_then_proceeds_when_the_claim_is_released(
 
 
 def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_is_refused(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, namespace: str) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, namespace: str) -> None:
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("blk", budgets={"pinSeconds": 3}))
+    rts.create(runtime_manifest("blk", budgets={"pinSeconds": 3}))
     rts.wait_ready("blk", 1)
     g1 = rts.pod("blk").metadata.uid
     make_claim(rts, "plan-2-a", runtime="blk", generation=1, state="Committed", fork="plan-2", branch="a")
@@ -120,9 +122,9 @@ def test_pin_past_pin_seconds_blocks_then_force_retire_proceeds_and_a_stale_one_
 
 
 def test_unreferenced_speculative_and_abandoned_claims_never_delay_a_handoff(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     operators("op-a")
-    rts.create(baton.runtime_manifest("fast", budgets={"pinSeconds": 300}))
+    rts.create(runtime_manifest("fast", budgets={"pinSeconds": 300}))
     rts.wait_ready("fast", 1)
     # Claims on generation 1 that pin nothing: speculative and abandoned branches, one speculative
     # branch referencing an abandoned one (only a commit-eligible or committed reference pins).
@@ -143,9 +145,9 @@ def test_unreferenced_speculative_and_abandoned_claims_never_delay_a_handoff(
 
 
 def test_deleting_a_pinned_runtime_waits_for_the_pin_then_leaves_nothing(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     operators("op-a")
-    rts.create(baton.runtime_manifest("del", service=True, budgets={"pinSeconds": 300}))
+    rts.create(runtime_manifest("del", service=True, budgets={"pinSeconds": 300}))
     rts.wait_ready("del", 1)
     g1 = rts.pod("del").metadata.uid
     # The abandoned probe branch's effect is referenced by the planner's commit-eligible claim:

@@ -15,9 +15,10 @@ from typing import Any, Callable
 
 import yaml
 
-from harness import baton
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, runtime_manifest
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
 def _plugin(cluster: Any, *args: str, stdin: Any = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
@@ -31,9 +32,9 @@ def _load(output: str, text: str) -> Any:
 
 
 def test_list_status_history_reset_in_every_output(
-        operators: Start, rts: baton.Runtimes, cluster: Any, namespace: str) -> None:
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     operators("op-a")
-    rts.create(baton.runtime_manifest("alpha"))
+    rts.create(runtime_manifest("alpha"))
     st = rts.wait_ready("alpha", 1)
     pod = st["current"]["pod"]
 
@@ -95,12 +96,12 @@ def test_list_status_history_reset_in_every_output(
     assert res.returncode == 1 and res.stderr.startswith("error: toolruntime 'alpha' has no cleanup failure")
 
 
-def _held_by_a_cleanup_failure(rts: baton.Runtimes, name: str) -> None:
+def _held_by_a_cleanup_failure(rts: Runtimes, name: str) -> None:
     """The status an operator writes when generation 1's pod outlived cleanupSeconds (written here
     through the status subresource: no operator runs, so nothing acts on the annotation)."""
-    rts.create(baton.runtime_manifest(name))
+    rts.create(runtime_manifest(name))
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    rts.custom.patch_namespaced_custom_object_status(baton.GROUP, baton.VERSION, rts.ns, baton.PLURAL, name, {
+    rts.custom.patch_namespaced_custom_object_status(GROUP, VERSION, rts.ns, PLURAL, name, {
         "status": {
             "fencingToken": 1,
             "current": {"generation": 1, "pod": name, "uid": "uid-of-generation-1"},
@@ -115,7 +116,7 @@ def _held_by_a_cleanup_failure(rts: baton.Runtimes, name: str) -> None:
         }})
 
 
-def _annotation(rts: baton.Runtimes, name: str) -> str | None:
+def _annotation(rts: Runtimes, name: str) -> str | None:
     value = (rts.get(name)["metadata"].get("annotations") or {}).get("baton.dev/force-recovery")
     return None if value is None else str(value)
 
@@ -130,7 +131,7 @@ def _on_terminal(cluster: Any, answer: bytes, *args: str) -> subprocess.Complete
         os.close(keyboard)
 
 
-def test_force_recover_asks_first(rts: baton.Runtimes, cluster: Any, namespace: str) -> None:
+def test_force_recover_asks_first(rts: Runtimes, cluster: Any, namespace: str) -> None:
     _held_by_a_cleanup_failure(rts, "stuck")
     args = ("force-recover", "stuck", "-n", namespace)
 
@@ -163,7 +164,7 @@ def test_force_recover_asks_first(rts: baton.Runtimes, cluster: Any, namespace: 
     assert _annotation(rts, "stuck") == "1"
 
 
-def test_ctrl_c_at_the_confirmation_changes_nothing(rts: baton.Runtimes, cluster: Any, namespace: str) -> None:
+def test_ctrl_c_at_the_confirmation_changes_nothing(rts: Runtimes, cluster: Any, namespace: str) -> None:
     _held_by_a_cleanup_failure(rts, "halted")
     script = Path(sys.executable).parent / "kubectl-baton"
     keyboard, tty = os.openpty()

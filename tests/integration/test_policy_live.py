@@ -10,13 +10,17 @@ from typing import Any, Callable
 
 import pytest
 
-from harness import badprobe, baton
-from harness.wait import stays, wait_for
+from dev.ports import free_port
+from dev.wait import stays, wait_for
+from harness import badprobe
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
-def _cond(rts: baton.Runtimes, name: str, kind: str) -> dict[str, Any]:
+def _cond(rts: Runtimes, name: str, kind: str) -> dict[str, Any]:
     return rts.condition(name, kind) or {}
 
 
@@ -26,9 +30,9 @@ def _with_policy(manifest: dict[str, Any], policy: str) -> dict[str, Any]:
 
 
 def test_manual_policy_waits_for_a_reset_naming_the_current_generation(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     operators("op-a")
-    rts.create(_with_policy(baton.runtime_manifest("man"), "Manual"))
+    rts.create(_with_policy(runtime_manifest("man"), "Manual"))
     rts.wait_ready("man", 1)
     rts.set_image("man", "example/tool:2")
     wait_for(lambda: _cond(rts, "man", "UpdatePending").get("status") == "True", timeout=15, what="UpdatePending")
@@ -48,10 +52,10 @@ def test_manual_policy_waits_for_a_reset_naming_the_current_generation(
 @pytest.mark.usefixtures("kwok_nodes")
 @pytest.mark.parametrize("becomes_idle", [True, False], ids=["idle", "pending-seconds-pass"])
 def test_when_idle_policy_waits_for_the_drain_probe_at_most_pending_seconds(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, becomes_idle: bool) -> None:
-    port = baton.free_port()
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, becomes_idle: bool) -> None:
+    port = free_port()
     pending_seconds = 60 if becomes_idle else 12
-    manifest = baton.runtime_manifest("whenidle", loopback=True, budgets={"pendingSeconds": pending_seconds},
+    manifest = runtime_manifest("whenidle", loopback=True, budgets={"pendingSeconds": pending_seconds},
                                       drain_probe={"httpGet": {"path": "/idle", "port": port}, "periodSeconds": 1})
     rts.create(_with_policy(manifest, "WhenIdle"))
     operators("op-a")

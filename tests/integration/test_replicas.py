@@ -9,16 +9,18 @@ from typing import Any, Callable
 import pytest
 from kubernetes import client
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
-LEASE_SECONDS = 5  # BATON_LEASE_SECONDS in harness.baton.OperatorProcess
+Start = Callable[..., OperatorProcess]
+LEASE_SECONDS = 5  # BATON_LEASE_SECONDS in harness.operator.OperatorProcess
 
 
 def test_sigkilled_holder_is_replaced_within_lease_duration_plus_a_second(
-        operators: Start, rts: baton.Runtimes, cluster: Any, namespace: str) -> None:
-    rts.create(baton.runtime_manifest(
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
+    rts.create(runtime_manifest(
         "take", budgets={"drainSeconds": 30},
         drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1}))
     a = operators("op-a")
@@ -48,10 +50,10 @@ def test_sigkilled_holder_is_replaced_within_lease_duration_plus_a_second(
 
 @pytest.mark.slow
 def test_three_replicas_thirty_runtimes_three_rounds_with_a_replica_killed(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     names = [f"r{i:02d}" for i in range(30)]
     for n in names:
-        rts.create(baton.runtime_manifest(n))
+        rts.create(runtime_manifest(n))
     reps = {i: operators(i) for i in ("op-a", "op-b", "op-c")}
     for n in names:
         rts.wait_ready(n, 1, timeout=180)
@@ -89,13 +91,13 @@ def test_three_replicas_thirty_runtimes_three_rounds_with_a_replica_killed(
 
 
 def test_a_stale_verb_seen_by_three_replicas_is_refused_once(
-        operators: Start, rts: baton.Runtimes) -> None:
+        operators: Start, rts: Runtimes) -> None:
     """Every replica's view shows the stale annotation at about the same moment, and each may
     refuse it without the Lease. The refusal is said by whoever removed the annotation (the
     removal carries the value as a precondition and goes first): one Warning event, one count."""
     reps = [operators(i) for i in ("op-a", "op-b", "op-c")]
     for n in ("s1", "s2", "s3"):
-        rts.create(baton.runtime_manifest(n))
+        rts.create(runtime_manifest(n))
     for n in ("s1", "s2", "s3"):
         rts.wait_ready(n, 1)
     for n in ("s1", "s2", "s3"):

@@ -12,20 +12,22 @@ from typing import Any, Callable
 import pytest
 from kubernetes import client
 
-from harness import baton
-from harness.wait import stays, wait_for
+from dev.wait import stays, wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+from harness.watchlog import PodWatch
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
-def _annotations(rts: baton.Runtimes, name: str) -> dict[str, str]:
+def _annotations(rts: Runtimes, name: str) -> dict[str, str]:
     return dict(rts.get(name)["metadata"].get("annotations") or {})
 
 
 def test_reset_of_the_current_generation_gives_exactly_one_successor(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("rst"))
+    rts.create(runtime_manifest("rst"))
     st1 = rts.wait_ready("rst", 1)
     rts.annotate("rst", "baton.dev/reset", "1")
     st2 = rts.wait_ready("rst", 2)
@@ -38,10 +40,10 @@ def test_reset_of_the_current_generation_gives_exactly_one_successor(
 
 
 def test_a_reset_naming_a_generation_being_retired_is_stale(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """A reset of N while N→N+1 is in flight creates no N+2 and does not touch N+1."""
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("race", pod_annotations={"baton.dev/test-terminate-after": "4s"}))
+    rts.create(runtime_manifest("race", pod_annotations={"baton.dev/test-terminate-after": "4s"}))
     rts.wait_ready("race", 1)
     rts.set_image("race", "example/tool:2")
     wait_for(lambda: (rts.status("race").get("transition") or {}).get("step") == "AwaitingPodGone",
@@ -59,9 +61,9 @@ def test_a_reset_naming_a_generation_being_retired_is_stale(
     assert pod_watch.assert_one_at_a_time("race") == [1, 2]
 
 
-def test_a_reset_naming_a_number_never_used_is_stale(operators: Start, rts: baton.Runtimes) -> None:
+def test_a_reset_naming_a_number_never_used_is_stale(operators: Start, rts: Runtimes) -> None:
     op = operators("op-a")
-    rts.create(baton.runtime_manifest("never"))
+    rts.create(runtime_manifest("never"))
     st1 = rts.wait_ready("never", 1)
     rts.annotate("never", "baton.dev/reset", "99")
     wait_for(lambda: rts.events("never", "StaleReset"), timeout=15, what="StaleReset event")
@@ -75,9 +77,9 @@ def test_a_reset_naming_a_number_never_used_is_stale(operators: Start, rts: bato
 
 
 def test_suspend_retires_and_starts_nothing_until_resumed(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     operators("op-a")
-    rts.create(baton.runtime_manifest("sus"))
+    rts.create(runtime_manifest("sus"))
     st1 = rts.wait_ready("sus", 1)
     rts.patch("sus", {"spec": {"suspend": True}})
 
@@ -108,13 +110,13 @@ def _secret(name: str, value: str) -> dict[str, Any]:
 
 
 def test_referenced_secret_change_rolls_once_and_never_leaks(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any,
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any,
         namespace: str) -> None:
     core = rts.core
     value1, value2, other = "s3cr3t-value-one", "s3cr3t-value-two", "unrelated-s3cr3t"
     core.create_namespaced_secret(namespace, _secret("api-key", value1))
     core.create_namespaced_secret(namespace, _secret("unrelated", other))
-    m = baton.runtime_manifest("roll")
+    m = runtime_manifest("roll")
     m["spec"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "api-key", "key": "token"}}}]
     op = operators("op-a")
@@ -134,8 +136,8 @@ def test_referenced_secret_change_rolls_once_and_never_leaks(
 
 
 def test_missing_config_ref_blocks_creation_until_it_exists(
-        operators: Start, rts: baton.Runtimes, namespace: str) -> None:
-    m = baton.runtime_manifest("cfg")
+        operators: Start, rts: Runtimes, namespace: str) -> None:
+    m = runtime_manifest("cfg")
     m["spec"]["template"]["spec"]["volumes"] = [{"name": "c", "configMap": {"name": "tool-config"}}]
     operators("op-a")
     rts.create(m)
@@ -153,10 +155,10 @@ def test_missing_config_ref_blocks_creation_until_it_exists(
 
 
 def test_sigterm_while_draining_hands_back_and_another_replica_finishes(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch, cluster: Any,
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any,
         namespace: str) -> None:
     drain = 20
-    rts.create(baton.runtime_manifest(
+    rts.create(runtime_manifest(
         "term", budgets={"drainSeconds": drain},
         drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1}))
     a = operators("op-a")
@@ -181,9 +183,9 @@ def test_sigterm_while_draining_hands_back_and_another_replica_finishes(
     print(f"SIGTERM while Draining: exit 0 after {took:.2f}s")
 
 
-def test_sigterm_while_idle_exits_within_two_seconds(operators: Start, rts: baton.Runtimes) -> None:
+def test_sigterm_while_idle_exits_within_two_seconds(operators: Start, rts: Runtimes) -> None:
     a = operators("op-a")
-    rts.create(baton.runtime_manifest("calm"))
+    rts.create(runtime_manifest("calm"))
     rts.wait_ready("calm", 1)
     time.sleep(1)
     t0 = time.monotonic()
@@ -200,9 +202,9 @@ def _plugin(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=60, env=cluster.env)
 
 
-def test_kubectl_plugin_verbs(operators: Start, rts: baton.Runtimes, cluster: Any, namespace: str) -> None:
+def test_kubectl_plugin_verbs(operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     operators("op-a")
-    rts.create(baton.runtime_manifest("plug"))
+    rts.create(runtime_manifest("plug"))
     st1 = rts.wait_ready("plug", 1)
     # `kubectl baton` finds the console script on PATH.
     kubectl = str(Path(cluster.bin_dir) / "kubectl")
@@ -227,9 +229,9 @@ def test_kubectl_plugin_verbs(operators: Start, rts: baton.Runtimes, cluster: An
 
 
 def test_second_sigterm_leaves_a_state_the_next_holder_resumes(
-        operators: Start, rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+        operators: Start, rts: Runtimes, pod_watch: PodWatch) -> None:
     """A second SIGTERM (impatient supervisor) must not strand the handoff either."""
-    rts.create(baton.runtime_manifest(
+    rts.create(runtime_manifest(
         "twice", budgets={"drainSeconds": 20},
         drain_probe={"httpGet": {"path": "/idle", "port": 8080}, "periodSeconds": 1}))
     a = operators("op-a")

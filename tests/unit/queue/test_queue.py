@@ -9,8 +9,6 @@ import pytest
 
 from baton import queue as q
 
-pytestmark = pytest.mark.unit
-
 
 class FakeClock:
     def __init__(self) -> None:

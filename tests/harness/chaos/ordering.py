@@ -1,116 +1,29 @@
-"""Seeded fault orderings on the real local plane (issue 13, part 2; tests/chaos/).
-
-One ordering: three runtimes, three operator replicas (op-b talks to the API server through the
-forwarding proxy), a sequence of 15-25 actions drawn from a seed, each after a short random gap;
-then every fault is released, convergence is awaited (bounded), and the invariants are checked
-on what the API server itself recorded: the watch logs of pods, ToolRuntimes and Leases (each in
-resourceVersion order, one watch per kind) and the final objects.
-
-`actions(seed)` depends on the seed only, so a violation replays with the same action list
-(`make chaos SEED=<seed> ORDERINGS=1`). What each action finds when it runs (the current
-generation, whether a pod is stuck) depends on timing: the log of what was done is printed too.
-
-Everything is bounded and loopback-only: operator processes are killed and reaped by the
-`operators` fixture (SIGCONT first), the proxy listens on 127.0.0.1, the namespace is deleted.
-"""
+"""One seeded ordering (`Ordering`) and what it found (`Result`; RESULTS: every ordering of the
+session, summed up by tests/chaos/conftest.py)."""
 from __future__ import annotations
 
-import contextlib
-import datetime
 import random
 import signal
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import apiproxy, baton, fixtures, scenarios
-from harness.wait import WaitTimeout, wait_for
+from dev.wait import WaitTimeout, wait_for
+from harness import apiproxy
+from harness.chaos.actions import (
+    BUDGETS, CONVERGE_SECONDS, HOLD, KINDS, LEASE_SECONDS, PROXIED, REPLICAS, RUNTIMES, Action, Verb, actions,
+    replay_hint,
+)
+from harness.chaos.checks import check
+from harness.operator import OperatorProcess
+from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, runtime_manifest
+from harness.watchlog import PodWatch, WatchLog
 
-RUNTIMES = ("alpha", "beta", "gamma")
-REPLICAS = ("a", "b", "c")
-PROXIED = "b"  # this replica's requests go through the forwarding proxy (delayed creates)
-LEASE_SECONDS = 4
-BUDGETS = {"lockSeconds": 5, "connectSeconds": 5, "drainSeconds": 2, "terminationGraceSeconds": 1,
-           "cleanupSeconds": 4}
-HOLD = "chaos.baton.dev/hold"  # the finalizer that makes a pod stuck
-CONVERGE_SECONDS = 90
-GC_SECONDS = 20
 RESULTS: list["Result"] = []  # every ordering run in this session (tests/chaos/conftest.py sums them up)
-
-# kind: (weight, what it targets)
-KINDS: dict[str, tuple[float, str]] = {
-    "template": (4, "runtime"),
-    "reset": (2, "runtime"),
-    "reset-stale": (1.5, "runtime"),
-    "suspend": (1, "runtime"),
-    "resume": (1, "runtime"),
-    "stick": (3, "runtime"),
-    "unstick": (0.5, "runtime"),
-    "force": (2, "runtime"),
-    "force-stale": (1, "runtime"),
-    "sigkill": (1, "replica"),
-    "sigstop": (1, "replica"),
-    "sigcont": (1, "replica"),
-    "hold-create": (1, ""),
-    "release-create": (1, ""),
-    "delete": (1, "runtime"),
-    # Composite, drawn apart in actions() (weight 0 here) so earlier seeds' orderings stay as
-    # they were: a create held in the network, its sender stopped past the Lease, another
-    # replica takes over, then the held create arrives.
-    "late-create": (0, ""),
-}
-LATE_CREATE_SHARE = 0.3  # of orderings that get one late-create action
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: str
-    target: str
-    gap: float  # seconds slept before it
-
-    def __str__(self) -> str:
-        return f"+{self.gap:.2f}s {self.kind}{' ' + self.target if self.target else ''}"
-
-
-def actions(seed: int) -> list[Action]:
-    """The ordering of `seed`: 15-25 actions, each after a gap of 0.1-1.0 s. At most one runtime
-    is deleted (the others keep going)."""
-    rng = random.Random(seed)
-    kinds = list(KINDS)
-    out: list[Action] = []
-    deleted = False
-    for _ in range(rng.randint(15, 25)):
-        kind = rng.choices(kinds, weights=[KINDS[k][0] for k in kinds])[0]
-        if kind == "delete" and deleted:
-            kind = "template"
-        deleted = deleted or kind == "delete"
-        what = KINDS[kind][1]
-        target = rng.choice(RUNTIMES) if what == "runtime" else rng.choice(REPLICAS) if what else ""
-        out.append(Action(kind, target, round(rng.uniform(0.1, 1.0), 2)))
-    late = random.Random(f"late-create-{seed}")
-    if late.random() < LATE_CREATE_SHARE:
-        out.insert(late.randint(0, len(out)), Action("late-create", "", round(late.uniform(0.1, 1.0), 2)))
-    return out
-
-
-def replay_hint(seed: int) -> str:
-    return f"make chaos SEED={seed} ORDERINGS=1"
-
-
-@dataclass
-class Verb:
-    """A verb annotation this run wrote: `intent` is "current" (named the generation it was
-    meant for, when written) or "stale" (0 or an already retired generation)."""
-
-    runtime: str
-    key: str
-    value: int
-    intent: str
 
 
 @dataclass
@@ -136,14 +49,14 @@ class Result:
         return "\n".join(lines)
 
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., OperatorProcess]
 
 
 class Ordering:
     """Runs one ordering in `namespace` with the fixtures' `operators` factory and `rts`."""
 
     def __init__(self, seed: int, *, cluster: Any, namespace: str, workdir: Path, operators: Start,
-                 rts: baton.Runtimes, pod_watch: baton.PodWatch) -> None:
+                 rts: Runtimes, pod_watch: PodWatch) -> None:
         self.seed, self.ns, self.cluster = seed, namespace, cluster
         self.rng = random.Random(f"exec-{seed}")  # choices made while running (stale values)
         self.result = Result(seed, actions(seed))
@@ -152,7 +65,7 @@ class Ordering:
         self.coord = client.CoordinationV1Api(cluster.api_client)
         self.verbs: list[Verb] = []
         self.deleted: set[str] = set()
-        self.ops: dict[str, baton.OperatorProcess] = {}
+        self.ops: dict[str, OperatorProcess] = {}
         self.incarnation: dict[str, int] = {r: 0 for r in REPLICAS}
         self.stopped: dict[str, float] = {}
         self.holding = False
@@ -169,13 +82,13 @@ class Ordering:
         proxy_dir = self.workdir / "proxy"
         proxy_dir.mkdir(exist_ok=True)
         self.proxy = apiproxy.ApiProxy(self.cluster.kubeconfig, proxy_dir).start()
-        self.runtimes_log = baton.WatchLog(self.cluster.api_client, self.ns, "toolruntimes")
-        self.leases_log = baton.WatchLog(self.cluster.api_client, self.ns, "leases")
+        self.runtimes_log = WatchLog(self.cluster.api_client, self.ns, "toolruntimes")
+        self.leases_log = WatchLog(self.cluster.api_client, self.ns, "leases")
         try:
             for r in REPLICAS:  # side by side: each takes seconds to import and list
                 self._launch(r)
             for name in RUNTIMES:
-                self.rts.create(baton.runtime_manifest(name, service=True, budgets=BUDGETS))
+                self.rts.create(runtime_manifest(name, service=True, budgets=BUDGETS))
             for op in self.ops.values():
                 op.wait_healthy()
             for name in RUNTIMES:
@@ -499,7 +412,7 @@ class Ordering:
             deleted = {e.uid for e in self.pods.deleted()}
             return pods <= added and not (added - deleted - pods)
 
-        def objects_seen(log: baton.WatchLog, rvs: dict[str, int]) -> bool:
+        def objects_seen(log: WatchLog, rvs: dict[str, int]) -> bool:
             last: dict[str, int] = {}
             for _, rv, obj in log.snapshot():
                 last[obj["metadata"]["name"]] = rv
@@ -507,220 +420,8 @@ class Ordering:
 
         runtimes = {o["metadata"]["name"]: int(o["metadata"]["resourceVersion"])
                     for o in self.rts.custom.list_namespaced_custom_object(
-                        baton.GROUP, baton.VERSION, self.ns, baton.PLURAL)["items"]}
+                        GROUP, VERSION, self.ns, PLURAL)["items"]}
         leases = {ls.metadata.name: int(ls.metadata.resource_version)
                   for ls in self.coord.list_namespaced_lease(self.ns).items}
         wait_for(lambda: pods_seen() and objects_seen(self.runtimes_log, runtimes)
                  and objects_seen(self.leases_log, leases), timeout=15, what="watch logs caught up")
-
-
-# -- the invariants, on the recorded logs (each returns violations, never raises)
-
-def _cond(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
-
-
-def check(o: Ordering) -> list[str]:
-    out: list[str] = []
-    out += check_pods(o.pods)
-    out += check_runtime_log(o.runtimes_log.snapshot(), o.pods, o.verbs)
-    out += check_lease_log(o.leases_log.snapshot())
-    out += check_stale_refused(o.rts, o.verbs, o.deleted)
-    out += check_deleted_leave_nothing(o.rts, o.coord, o.deleted, o.result.notes)
-    return out
-
-
-def check_pods(pods: baton.PodWatch) -> list[str]:
-    """At most one pod per runtime at any point of the watch log; N+1 ADDED after N's DELETED;
-    generation labels never reused; the fencing token on each new pod never lower."""
-    out = []
-    for name in RUNTIMES:
-        try:
-            pods.assert_one_at_a_time(name)
-        except AssertionError as e:
-            out.append(f"pods of {name}: {e}")
-        tokens = [(e.generation, int(e.annotations.get("baton.dev/fencing-token", "0")))
-                  for e in pods.added() if e.of(name)]
-        if any(b[1] < a[1] for a, b in zip(tokens, tokens[1:])):
-            out.append(f"pods of {name}: a pod was created with a lower fencing token than its predecessor's "
-                       f"(generation, token): {tokens}")
-    return out
-
-
-def check_runtime_log(events: list[tuple[str, int, dict[str, Any]]], pods: baton.PodWatch,
-                      verbs: list[Verb]) -> list[str]:
-    """On the ToolRuntime watch log: token and generation counters never decrease; a history
-    entry, once written, never changes (a generation number names one pod); a Reset or
-    ForceRecovered outcome only for a generation a current verb named; CleanupFailed cleared
-    only after that pod's DELETED in the pod watch log (PodGone) or by a force recovery this run
-    asked for (ForceRecovered)."""
-    out: list[str] = []
-    deleted_rv = {e.uid: e.resource_version for e in pods.deleted()}
-    named = {(v.runtime, v.key, v.value) for v in verbs if v.intent == "current"}
-    prev: dict[str, dict[str, Any]] = {}
-    history: dict[tuple[str, int], tuple[Any, Any]] = {}
-    for typ, rv, obj in events:
-        name = obj["metadata"]["name"]
-        st = obj.get("status") or {}
-        before = prev.get(name, {})
-        for key in ("fencingToken", "latestGeneration"):
-            if key in before and int(st.get(key) or 0) < int(before[key] or 0):
-                out.append(f"{name} rv {rv}: status.{key} decreased {before[key]} -> {st.get(key)}")
-        g_then, g_now = (before.get("current") or {}).get("generation"), (st.get("current") or {}).get("generation")
-        if g_then is not None and g_now is not None and g_now < g_then:
-            out.append(f"{name} rv {rv}: current.generation decreased {g_then} -> {g_now}")
-        for h in st.get("history") or []:
-            key2 = (name, int(h["generation"]))
-            seen = history.setdefault(key2, (h.get("uid"), h.get("outcome")))
-            if seen != (h.get("uid"), h.get("outcome")):
-                out.append(f"{name} rv {rv}: history of generation {h['generation']} changed {seen} -> "
-                           f"{(h.get('uid'), h.get('outcome'))}")
-            if h.get("outcome") == "Reset" and (name, "baton.dev/reset", int(h["generation"])) not in named:
-                out.append(f"{name} rv {rv}: generation {h['generation']} retired as Reset, no reset named it")
-            if h.get("outcome") == "ForceRecovered" and (
-                    name, "baton.dev/force-recovery", int(h["generation"])) not in named:
-                out.append(f"{name} rv {rv}: generation {h['generation']} ForceRecovered, no force-recovery named it")
-        was, now = _cond(before, "CleanupFailed"), _cond(st, "CleanupFailed")
-        if was.get("status") == "True" and now.get("status") != "True":
-            failure = before.get("lastCleanupFailure") or {}
-            uid, gen = failure.get("uid"), failure.get("generation")
-            reason = now.get("reason")
-            if reason == "PodGone":
-                if uid not in deleted_rv or deleted_rv[uid] > rv:
-                    out.append(f"{name} rv {rv}: CleanupFailed cleared (PodGone) but pod {uid} of generation "
-                               f"{gen} has no DELETED before it in the pod watch log")
-            elif reason == "ForceRecovered":
-                if (name, "baton.dev/force-recovery", int(gen or -1)) not in named:
-                    out.append(f"{name} rv {rv}: CleanupFailed cleared by a force recovery of generation {gen} "
-                               "that no force-recovery annotation named")
-            elif typ != "DELETED":
-                out.append(f"{name} rv {rv}: CleanupFailed of generation {gen} cleared with reason {reason!r}")
-        prev[name] = st
-    return out
-
-
-def check_lease_log(events: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
-    """The fencing token (spec.leaseTransitions) of each Lease never decreases."""
-    out, last = [], {}
-    for _, rv, obj in events:
-        name = obj["metadata"]["name"]
-        token = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
-        if name in last and token < last[name]:
-            out.append(f"Lease {name} rv {rv}: fencing token decreased {last[name]} -> {token}")
-        last[name] = max(token, last.get(name, 0))
-    return out
-
-
-def check_stale_refused(rts: baton.Runtimes, verbs: list[Verb], deleted: set[str]) -> list[str]:
-    """Each stale reset and force-recovery was refused: its Warning event, naming the value."""
-    out = []
-    reasons = {"baton.dev/reset": "StaleReset", "baton.dev/force-recovery": "StaleForceRecovery"}
-    for v in verbs:
-        if v.intent != "stale" or v.runtime in deleted:
-            continue
-        def named(evs: list[Any]) -> bool:
-            return any(f"names generation {v.value}" in (e.message or "") and e.type == "Warning" for e in evs)
-
-        # Events are posted apart from the plan that consumed the annotation: a moment later.
-        deadline = time.monotonic() + 10
-        evs = rts.events(v.runtime, reasons[v.key])
-        while not named(evs) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            evs = rts.events(v.runtime, reasons[v.key])
-        if not named(evs):
-            out.append(f"{v.runtime}: stale {v.key}={v.value} has no Warning {reasons[v.key]} event naming it "
-                       f"({[e.message for e in evs]})")
-    return out
-
-
-def check_deleted_leave_nothing(rts: baton.Runtimes, coord: client.CoordinationV1Api, deleted: set[str],
-                                notes: list[str]) -> list[str]:
-    """A deleted runtime leaves no runtime, pod, Service or Lease. Something left at first look
-    gets a bounded wait: a replica whose view still had the runtime can create its Lease again
-    just after the deletion finished, and a pod create held in the network can land after it
-    (seed 6012); both carry an ownerReference to the deleted runtime, so the garbage collector
-    deletes them within GC_SECONDS. A pod then goes as a kubelet lets it go: at the end of its
-    own grace period (the template's, 30 s by default; kwok removes it at deletionTimestamp), so
-    the wait for a pod the collector is deleting runs to its deletionTimestamp plus GC_SECONDS.
-    That is noted, not a violation; anything left past those bounds is."""
-    def read_pod(name: str) -> Any:
-        return scenarios.read_or_none(lambda: rts.core.read_namespaced_pod(name, rts.ns))
-
-    def left(name: str) -> list[str]:
-        return [what for what, read in (
-            ("runtime", lambda: rts.get(name)),
-            ("pod", lambda: read_pod(name)),
-            ("Service", lambda: rts.core.read_namespaced_service(name, rts.ns)),
-            ("Lease", lambda: coord.read_namespaced_lease(f"baton-{name}", rts.ns)),
-        ) if scenarios.read_or_none(read) is not None]
-
-    out = []
-    for name in sorted(deleted):
-        first = left(name)
-        if not first:
-            continue
-        t = time.monotonic()
-        try:
-            wait_for(lambda: not left(name), timeout=GC_SECONDS, what=f"what {name} left to go", interval=0.5)
-        except WaitTimeout:
-            pod = read_pod(name)
-            if left(name) == ["pod"] and pod is not None and pod.metadata.deletion_timestamp is not None:
-                # The collector is deleting it: give it its grace period, to deletionTimestamp + GC_SECONDS.
-                grace = (pod.metadata.deletion_timestamp - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
-                try:
-                    wait_for(lambda: not left(name), timeout=max(0.5, max(0.0, grace) + GC_SECONDS),
-                             what=f"{name}'s terminating pod to go", interval=0.5)
-                except WaitTimeout:
-                    pass
-            still = left(name)
-            if still:
-                pod = read_pod(name)
-                about = (f"; pod uid {pod.metadata.uid} deletionTimestamp {pod.metadata.deletion_timestamp} "
-                         f"finalizers {pod.metadata.finalizers} owners "
-                         f"{[(r.kind, r.uid) for r in pod.metadata.owner_references or []]}") if pod is not None else ""
-                out.append(f"deleted runtime {name} left {still} ({time.monotonic() - t:.0f}s after convergence{about})")
-                continue
-        notes.append(f"deleted runtime {name}: {first} still there at convergence, gone "
-                     f"{time.monotonic() - t:.1f}s later (garbage collector: ownerReference to the deleted runtime)")
-    return out
-
-
-@dataclass
-class Lane:
-    """What one ordering runs with: its own namespace, operators, runtimes and pod watch."""
-
-    namespace: str
-    workdir: Path
-    operators: Start
-    rts: baton.Runtimes
-    pod_watch: baton.PodWatch
-
-
-@contextlib.contextmanager
-def side_lane(cluster: Any, workdir: Path, seed: int) -> Iterator[Lane]:
-    """A namespace of its own for an ordering run beside the test's own (`make chaos
-    PARALLEL=N`); everything in it is stopped and the namespace deleted afterwards."""
-    core = client.CoreV1Api(cluster.api_client)
-    ns = f"chaos-s{seed}-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": ns, "labels": {"baton.dev/test": "true"}}})
-    workdir.mkdir(parents=True, exist_ok=True)
-    ops = fixtures.OperatorSet(cluster, ns, workdir)
-    watch: baton.PodWatch | None = None
-    try:
-        wait_for(lambda: bool(core.list_namespaced_service_account(ns, field_selector="metadata.name=default").items),
-                 timeout=30, what=f"ServiceAccount {ns}/default")
-        watch = baton.PodWatch(cluster.api_client, ns)
-        yield Lane(ns, workdir, ops.start, baton.Runtimes(cluster.api_client, ns), watch)
-    finally:
-        ops.close()
-        if watch is not None:
-            watch.stop()
-        for pod in core.list_namespaced_pod(ns).items:  # stuck pods (the hold finalizer) first
-            try:
-                if pod.metadata.finalizers:
-                    core.patch_namespaced_pod(pod.metadata.name, ns, {"metadata": {"finalizers": None}})
-                core.delete_namespaced_pod(pod.metadata.name, ns, grace_period_seconds=0)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-        core.delete_namespace(ns)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from harness import baton, chaos
+from harness.chaos.actions import Verb, actions
+from harness.chaos.checks import check_lease_log, check_pods, check_runtime_log
+from harness.watchlog import PodEvent, PodWatch
 
 
-def _pods(*events: tuple[str, str, int, int, str]) -> baton.PodWatch:
+def _pods(*events: tuple[str, str, int, int, str]) -> PodWatch:
     """A PodWatch holding (type, uid, generation, resourceVersion, fencing token) events of
     runtime "alpha", without a watch behind it."""
-    w = baton.PodWatch.__new__(baton.PodWatch)
+    w = PodWatch.__new__(PodWatch)
     w._lock = threading.Lock()
-    w.events = [baton.PodEvent(type=t, name="alpha", uid=u, generation=g, resource_version=rv, received=0.0,
+    w.events = [PodEvent(type=t, name="alpha", uid=u, generation=g, resource_version=rv, received=0.0,
                                deleting=False, annotations={"baton.dev/fencing-token": tok}, created=None,
                                node=None, labels={"baton.dev/runtime": "alpha", "baton.dev/generation": str(g)})
                 for t, u, g, rv, tok in events]
@@ -32,9 +34,9 @@ FAILURE = {"generation": 1, "uid": "u1"}
 
 
 def test_an_ordering_is_its_seed() -> None:
-    assert chaos.actions(7) == chaos.actions(7) and chaos.actions(7) != chaos.actions(8)
+    assert actions(7) == actions(7) and actions(7) != actions(8)
     for seed in range(50):
-        acts = chaos.actions(seed)
+        acts = actions(seed)
         late = sum(a.kind == "late-create" for a in acts)  # the composite, drawn apart: at most one
         assert late <= 1 and 15 <= len(acts) - late <= 25 and sum(a.kind == "delete" for a in acts) <= 1
         assert all(0.1 <= a.gap <= 1.0 for a in acts)
@@ -42,36 +44,36 @@ def test_an_ordering_is_its_seed() -> None:
 
 def test_pods_one_at_a_time_and_generations_once() -> None:
     ok = _pods(("ADDED", "u1", 1, 10, "1"), ("DELETED", "u1", 1, 12, "1"), ("ADDED", "u2", 2, 13, "2"))
-    assert chaos.check_pods(ok) == []
+    assert check_pods(ok) == []
     overlap = _pods(("ADDED", "u1", 1, 10, "1"), ("ADDED", "u2", 2, 11, "2"), ("DELETED", "u1", 1, 12, "1"))
-    assert any("still existed" in v for v in chaos.check_pods(overlap))
+    assert any("still existed" in v for v in check_pods(overlap))
     reused = _pods(("ADDED", "u1", 1, 10, "1"), ("DELETED", "u1", 1, 11, "1"), ("ADDED", "u2", 1, 12, "2"))
-    assert any("not increasing" in v for v in chaos.check_pods(reused))
+    assert any("not increasing" in v for v in check_pods(reused))
     lower = _pods(("ADDED", "u1", 1, 10, "3"), ("DELETED", "u1", 1, 11, "3"), ("ADDED", "u2", 2, 12, "2"))
-    assert any("lower fencing token" in v for v in chaos.check_pods(lower))
+    assert any("lower fencing token" in v for v in check_pods(lower))
 
 
 def test_counters_never_decrease_and_history_never_changes() -> None:
     pods = _pods()
     h1 = [{"generation": 1, "uid": "u1", "outcome": "Retired"}]
-    assert chaos.check_runtime_log([_rt(1, fencingToken=2, latestGeneration=2, history=h1),
+    assert check_runtime_log([_rt(1, fencingToken=2, latestGeneration=2, history=h1),
                                     _rt(2, fencingToken=3, latestGeneration=3, history=h1)], pods, []) == []
-    assert chaos.check_runtime_log([_rt(1, fencingToken=3), _rt(2, fencingToken=2)], pods, [])
-    assert chaos.check_runtime_log([_rt(1, current={"generation": 3}), _rt(2, current={"generation": 2})], pods, [])
+    assert check_runtime_log([_rt(1, fencingToken=3), _rt(2, fencingToken=2)], pods, [])
+    assert check_runtime_log([_rt(1, current={"generation": 3}), _rt(2, current={"generation": 2})], pods, [])
     changed = [{"generation": 1, "uid": "u1", "outcome": "Reset"}]
-    assert any("changed" in v for v in chaos.check_runtime_log([_rt(1, history=h1), _rt(2, history=changed)],
+    assert any("changed" in v for v in check_runtime_log([_rt(1, history=h1), _rt(2, history=changed)],
                                                                 pods, []))
 
 
 def test_reset_and_force_outcomes_need_a_current_verb() -> None:
     reset = [{"generation": 1, "uid": "u1", "outcome": "Reset"}]
     forced = [{"generation": 1, "uid": "u1", "outcome": "ForceRecovered"}]
-    assert chaos.check_runtime_log([_rt(1, history=reset)], _pods(), [])
-    assert chaos.check_runtime_log([_rt(1, history=reset)], _pods(),
-                                   [chaos.Verb("alpha", "baton.dev/reset", 1, "stale")])
-    assert not chaos.check_runtime_log([_rt(1, history=reset)], _pods(),
-                                       [chaos.Verb("alpha", "baton.dev/reset", 1, "current")])
-    assert chaos.check_runtime_log([_rt(1, history=forced)], _pods(), [])
+    assert check_runtime_log([_rt(1, history=reset)], _pods(), [])
+    assert check_runtime_log([_rt(1, history=reset)], _pods(),
+                                   [Verb("alpha", "baton.dev/reset", 1, "stale")])
+    assert not check_runtime_log([_rt(1, history=reset)], _pods(),
+                                       [Verb("alpha", "baton.dev/reset", 1, "current")])
+    assert check_runtime_log([_rt(1, history=forced)], _pods(), [])
 
 
 def test_cleanup_failed_cleared_only_by_the_pod_gone_or_a_named_force() -> None:
@@ -79,20 +81,20 @@ def test_cleanup_failed_cleared_only_by_the_pod_gone_or_a_named_force() -> None:
     gone_before = _pods(("ADDED", "u1", 1, 1, "1"), ("DELETED", "u1", 1, 4, "1"))
     gone_after = _pods(("ADDED", "u1", 1, 1, "1"), ("DELETED", "u1", 1, 9, "1"))
     cleared = _rt(6, conditions=_cf(False, "PodGone"), lastCleanupFailure=FAILURE)
-    assert chaos.check_runtime_log([failed, cleared], gone_before, []) == []
-    assert chaos.check_runtime_log([failed, cleared], gone_after, [])
-    assert chaos.check_runtime_log([failed, cleared], _pods(), [])
+    assert check_runtime_log([failed, cleared], gone_before, []) == []
+    assert check_runtime_log([failed, cleared], gone_after, [])
+    assert check_runtime_log([failed, cleared], _pods(), [])
     forced = _rt(6, conditions=_cf(False, "ForceRecovered"), lastCleanupFailure=FAILURE)
-    named = [chaos.Verb("alpha", "baton.dev/force-recovery", 1, "current")]
-    assert chaos.check_runtime_log([failed, forced], _pods(), named) == []
-    assert chaos.check_runtime_log([failed, forced], _pods(), [])
+    named = [Verb("alpha", "baton.dev/force-recovery", 1, "current")]
+    assert check_runtime_log([failed, forced], _pods(), named) == []
+    assert check_runtime_log([failed, forced], _pods(), [])
     clean = _rt(6, conditions=_cf(False, "Clean"), lastCleanupFailure=FAILURE)
-    assert chaos.check_runtime_log([failed, clean], gone_before, [])
+    assert check_runtime_log([failed, clean], gone_before, [])
 
 
 def test_lease_token_never_decreases() -> None:
     def lease(rv: int, token: int) -> tuple[str, int, dict[str, Any]]:
         return ("MODIFIED", rv, {"metadata": {"name": "baton-alpha"}, "spec": {"leaseTransitions": token}})
 
-    assert chaos.check_lease_log([lease(1, 1), lease(2, 2), lease(3, 2)]) == []
-    assert chaos.check_lease_log([lease(1, 2), lease(2, 1)])
+    assert check_lease_log([lease(1, 1), lease(2, 2), lease(3, 2)]) == []
+    assert check_lease_log([lease(1, 2), lease(2, 1)])

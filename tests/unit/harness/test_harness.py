@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import baton, kwok
+from dev import ports
+from dev.wait import WaitTimeout, stays, wait_for
+from harness import kwok
 from harness.cluster import load_plane_module
-from harness.wait import WaitTimeout, stays, wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_wait_for_returns_the_first_truthy_value() -> None:
@@ -87,7 +88,7 @@ def test_free_ports_drawn_at_once_by_many_threads_are_distinct_and_bindable() ->
 
     def draw() -> None:
         barrier.wait()
-        drawn.extend(baton.free_port() for _ in range(25))
+        drawn.extend(ports.free_port() for _ in range(25))
 
     threads = [threading.Thread(target=draw) for _ in range(8)]
     for t in threads:
@@ -104,12 +105,12 @@ def test_free_ports_drawn_at_once_by_many_threads_are_distinct_and_bindable() ->
 
 def test_a_port_claimed_by_a_live_process_is_not_handed_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A chaos run and a test run side by side: each skips the ports the other holds a claim on.
-    monkeypatch.setattr(baton, "_PORT_CLAIMS", tmp_path)
+    monkeypatch.setattr(ports, "_PORT_CLAIMS", tmp_path)
     (tmp_path / "20001").write_text(str(os.getppid()))  # a live claimant
-    assert not baton._claim(20001)
+    assert not ports._claim(20001)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / "20002").write_text(gone.stdout.strip())  # its claimant exited
-    assert baton._claim(20002)
+    assert ports._claim(20002)
     assert (tmp_path / "20002").read_text() == str(os.getpid())
 
 

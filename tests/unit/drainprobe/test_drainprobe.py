@@ -8,12 +8,8 @@ import ipaddress
 import time
 from typing import Awaitable, Callable
 
-import pytest
-
 from baton import drainprobe
 from baton.model import spec as sp
-
-pytestmark = pytest.mark.unit
 
 LOOP = (ipaddress.ip_network("127.0.0.0/8"),)
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

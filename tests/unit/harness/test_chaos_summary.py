@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "hack" / "chaos_summary.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "hack" / "chaos_summary.py"
 
 
 def _line(seed: int, done: list[str], violations: list[str] | None = None) -> str:

@@ -14,8 +14,8 @@ from typing import Iterator
 
 import pytest
 
+from dev.wait import wait_for
 from harness import badprobe
-from harness.wait import wait_for
 
 POD_IP = "127.0.100.241"     # a "pod" IP of kwok-loop's range; port 0: any free port
 OTHER_IP = "127.0.100.242"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CRD = yaml.safe_load((REPO / "crds" / "baton.dev_toolruntimes.yaml").read_text())
 [VERSION] = CRD["spec"]["versions"]
 SCHEMA = VERSION["schema"]["openAPIV3Schema"]
