@@ -1,6 +1,6 @@
 """The drain probe: one HTTP GET against the retiring pod's own IP; 200 means idle. Does network I/O.
 
-The rules (DESIGN.md, "Pods and Service"), each because a tool may misbehave:
+The rules (docs/design.md, "Pods and Service"), each because a tool may misbehave:
 - it dials only the pod's own IP, and only inside the allowed CIDRs;
 - it follows no redirect (a 3xx is "not idle"; nothing else is ever dialled);
 - one total deadline (timeoutSeconds) covers connect, send and read, so a pod that trickles

@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from harness import baton
+from harness import operator, runtimes
 
-Start = Callable[..., baton.OperatorProcess]
+Start = Callable[..., operator.OperatorProcess]
 
 
 @pytest.fixture
@@ -24,8 +24,8 @@ def other_namespace(cluster: Any) -> Iterator[str]:
     core.create_namespace({"metadata": {"name": name, "labels": {"baton.dev/test": "true"}}})
     yield name
     custom = client.CustomObjectsApi(cluster.api_client)
-    for rt in custom.list_namespaced_custom_object(baton.GROUP, baton.VERSION, name, baton.PLURAL)["items"]:
-        custom.patch_namespaced_custom_object(baton.GROUP, baton.VERSION, name, baton.PLURAL,
+    for rt in custom.list_namespaced_custom_object(runtimes.GROUP, runtimes.VERSION, name, runtimes.PLURAL)["items"]:
+        custom.patch_namespaced_custom_object(runtimes.GROUP, runtimes.VERSION, name, runtimes.PLURAL,
                                               rt["metadata"]["name"], {"metadata": {"finalizers": None}})
     try:
         core.delete_namespace(name)
@@ -35,7 +35,7 @@ def other_namespace(cluster: Any) -> Iterator[str]:
 
 
 def _referencing(name: str, configmap: str) -> dict[str, Any]:
-    m = baton.runtime_manifest(name)
+    m = runtimes.runtime_manifest(name)
     m["spec"]["template"]["spec"]["containers"][0]["env"] = [
         {"name": "CONF", "valueFrom": {"configMapKeyRef": {"name": configmap, "key": "k"}}}]
     return m
@@ -45,13 +45,13 @@ def test_a_700kb_configmap_and_a_600kb_runtime_freeze_no_view(
         cluster: Any, operators: Start, namespace: str, other_namespace: str) -> None:
     big_ns, small_ns = other_namespace, namespace
     core = client.CoreV1Api(cluster.api_client)
-    big_rts, small_rts = baton.Runtimes(cluster.api_client, big_ns), baton.Runtimes(cluster.api_client, small_ns)
+    big_rts, small_rts = runtimes.Runtimes(cluster.api_client, big_ns), runtimes.Runtimes(cluster.api_client, small_ns)
     operators("op-a", namespaces=[big_ns, small_ns])
     # In one namespace: a 700 KB ConfigMap a runtime references, and a 600 KB runtime (its pod
     # carries the same 600 KB, so the pods view gets a line that size too).
     core.create_namespaced_config_map(big_ns, {"metadata": {"name": "dashboards"}, "data": {"k": "d" * 700_000}})
     big_rts.create(_referencing("big-ref", "dashboards"))
-    huge = baton.runtime_manifest("huge")
+    huge = runtimes.runtime_manifest("huge")
     huge["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "BLOB", "value": "b" * 600_000}]
     big_rts.create(huge)
     core.create_namespaced_config_map(small_ns, {"metadata": {"name": "conf"}, "data": {"k": "v1"}})

@@ -1,6 +1,6 @@
 """The snapshot decide() works from: what the API server said, plus this process's own facts.
 
-Built by ``baton.k8s.observe``; everything here is plain data.
+Built by ``baton.cache.snapshot`` from the views; everything here is plain data.
 """
 
 from __future__ import annotations

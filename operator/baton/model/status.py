@@ -1,4 +1,4 @@
-"""ToolRuntime status: the persisted lifecycle state (DESIGN.md, "Status")."""
+"""ToolRuntime status: the persisted lifecycle state (docs/design.md, "Status")."""
 
 from __future__ import annotations
 

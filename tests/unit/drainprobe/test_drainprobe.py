@@ -8,6 +8,8 @@ import ipaddress
 import time
 from typing import Awaitable, Callable
 
+import pytest
+
 from baton import drainprobe
 from baton.model import spec as sp
 

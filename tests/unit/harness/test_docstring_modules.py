@@ -15,14 +15,9 @@ PACKAGE = Path(baton.__file__).resolve().parent
 DOTTED = re.compile(r"\bbaton(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 # `baton.dev` in a docstring is the API group (`baton.dev/reset`, `toolruntimes.baton.dev`).
 NOT_MODULES = {"baton.dev"}
-# Known false references on main (ff14dbd), each with its reason; empty this after issue 22's
-# merge. Keyed by (file under operator/baton, dotted name).
-KNOWN_FALSE = {
-    ("cache/__init__.py", "baton.k8s.observe"):
-        "no such module (the docstring names a module that was never written); another part of "
-        "issue 22 rewrites this docstring",
-    ("model/observed.py", "baton.k8s.observe"):
-        "no such module: the snapshot is built in baton.cache (snapshot.py)",
+# Known false references, each with its reason (none since issue 22). Keyed by (file under
+# operator/baton, dotted name).
+KNOWN_FALSE: dict[tuple[str, str], str] = {
 }
 
 

@@ -17,15 +17,16 @@ def test_the_mutations_have_unique_names() -> None:
 
 @pytest.mark.parametrize("mutation", mutations.MUTATIONS, ids=lambda m: m.name)
 def test_each_mutation_applies_to_todays_code(mutation: mutations.Mutation) -> None:
-    path = mutations.ROOT / mutation.path
-    assert path.is_file(), f"{mutation.name}: {mutation.path} does not exist"
-    text = path.read_text()
     assert mutation.edits, f"{mutation.name}: no edits"
-    for old, new in mutation.edits:
-        assert old != new, f"{mutation.name}: an edit that changes nothing"
-        assert text.count(old) == 1, (
-            f"{mutation.name}: the text to mutate occurs {text.count(old)} times in {mutation.path} "
-            f"(must be exactly once):\n{old}")
+    for rel, edits in mutation.files().items():  # its main file and any `elsewhere` ones
+        path = mutations.ROOT / rel
+        assert path.is_file(), f"{mutation.name}: {rel} does not exist"
+        text = path.read_text()
+        for old, new in edits:
+            assert old != new, f"{mutation.name}: an edit that changes nothing"
+            assert text.count(old) == 1, (
+                f"{mutation.name}: the text to mutate occurs {text.count(old)} times in {rel} "
+                f"(must be exactly once):\n{old}")
 
 
 def test_the_unit_tests_a_mutation_run_uses_exist() -> None:
