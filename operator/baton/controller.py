@@ -14,6 +14,7 @@ Results only: what a pass's Result means for the queue is decided in one place, 
 from __future__ import annotations
 
 import asyncio
+import random
 import logging
 import time
 from typing import Any, Iterable
@@ -58,6 +59,7 @@ class Controller:
         self.started = False
         self.busy = 0
         self._workers: list[asyncio.Task[None]] = []
+        self._resync: asyncio.Task[None] | None = None
 
     # --- wiring: view changes enqueue runtimes ---------------------------------------------------
 
@@ -81,6 +83,19 @@ class Controller:
         v.start(client.work())
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
+        self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
+
+    async def _resync_forever(self) -> None:
+        """Every resync_seconds, each runtime in view gets a pass within the next period (an
+        earlier wake-up it already has stands: add_after keeps the earliest)."""
+        period = float(self.settings.resync_seconds)
+        while not self.shutting_down:
+            await asyncio.sleep(period)
+            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items())]
+            for key, delay in triggers.resync(keys, period=period, draw=random.random):
+                if not self.shutting_down:
+                    self.queue.add_after(key, delay)
+            metrics.RESYNCS.inc()
 
     def wake(self, namespace: str, name: str) -> None:
         if not self.shutting_down or (namespace, name) in self.executor.leases.held:
@@ -164,9 +179,10 @@ class Controller:
         while held and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         self.queue.shut_down()
-        for task in self._workers:
+        tasks = [*self._workers, *([self._resync] if self._resync is not None else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))
         await self.executor.leases.release_all()

@@ -125,6 +125,10 @@ QUEUE_DEPTH = prometheus_client.Gauge(
 WORKERS_BUSY = prometheus_client.Gauge(
     "baton_workers_busy", "Workers acting on a runtime right now (of BATON_WORKERS).", registry=REGISTRY,
 )
+RESYNCS = prometheus_client.Counter(
+    "baton_resyncs_total", "Periodic resyncs (BATON_RESYNC_SECONDS): each gives every runtime in view a pass within the period.",
+    registry=REGISTRY,
+)
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )

@@ -30,7 +30,11 @@ def _flag(env: dict[str, str], name: str, default: bool = True) -> bool:
 
 
 def _bounded(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
-    n = int(env.get(name) or default)
+    text = env.get(name) or str(default)
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number in {low}..{high}, got {text!r}") from None
     if not low <= n <= high:
         raise ValueError(f"{name} must be in {low}..{high}, got {n}")
     return n
@@ -54,6 +58,10 @@ class Settings:
     # Watch ConfigMaps/Secrets for config-ref rolls; off where RBAC grants no access to them.
     watch_configmaps: bool = True
     watch_secrets: bool = True
+    # Every runtime gets a pass at least this often, spread over the period: the wake-up of last
+    # resort for what no watch event reports (a pod whose labels were edited away going, a
+    # foreign object removed).
+    resync_seconds: int = 300
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -81,4 +89,5 @@ class Settings:
             workers=_bounded(e, "BATON_WORKERS", 8, 1, 256),
             watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
+            resync_seconds=_bounded(e, "BATON_RESYNC_SECONDS", 300, 5, 86400),
         )

@@ -7,7 +7,7 @@ The controller applies them; the tests read them as tables.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 Key = tuple[str, str]
 Wake = tuple[Key, float]
@@ -106,3 +106,9 @@ class ConfigIndex:
             ns = meta.get("namespace") or ""
             return [((ns, runtime), 0.0) for runtime in sorted(self.users.get((ns, kind, meta["name"]), ()))]
         return trigger
+
+
+def resync(keys: Iterable[Key], *, period: float, draw: Callable[[], float]) -> list[Wake]:
+    """Every key once, its wake-up drawn over the period (`draw` in [0, 1)), so a periodic
+    resync is a low, even rate of passes instead of one burst of every runtime at once."""
+    return [(key, period * draw()) for key in keys]

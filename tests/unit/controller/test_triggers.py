@@ -98,3 +98,21 @@ def test_a_config_change_wakes_the_runtimes_that_reference_it_and_only_while_the
     index.update((NS, "search"), [])
     index.update((NS, "fetch"), [])
     assert index.users == {}
+
+
+def test_a_resync_wakes_every_runtime_once_spread_over_the_period() -> None:
+    keys = [(NS, f"rt{i}") for i in range(5)]
+    draws = iter([0.0, 0.2, 0.4, 0.6, 0.999])
+    got = triggers.resync(keys, period=300.0, draw=lambda: next(draws))
+    assert [k for k, _ in got] == keys
+    assert [round(d, 1) for _, d in got] == [0.0, 60.0, 120.0, 180.0, 299.7]
+    assert triggers.resync([], period=300.0, draw=lambda: 0.5) == []
+
+
+def test_the_resync_period_is_bounded_and_named_when_wrong() -> None:
+    from baton import settings
+    assert settings.Settings.from_env({}).resync_seconds == 300
+    assert settings.Settings.from_env({"BATON_RESYNC_SECONDS": "30"}).resync_seconds == 30
+    for bad in ("0", "4", "86401", "soon"):
+        with pytest.raises(ValueError, match="BATON_RESYNC_SECONDS"):
+            settings.Settings.from_env({"BATON_RESYNC_SECONDS": bad})
