@@ -60,8 +60,8 @@ MUTATIONS = [
     Mutation(
         "skip-fencing-check", "the executor acts on pods without a fresh Lease",
         "operator/baton/execute/executor.py",
-        (("        if isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key):",
-          "        if False and isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key):"),),
+        (("        if (isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key)",
+          "        if (False and isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key)"),),
     ),
     Mutation(
         "release-before-persist", "a step's plan hands the Lease back before its status write",

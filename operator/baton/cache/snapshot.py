@@ -56,6 +56,7 @@ class Learnt:
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
+    namespace_terminating: bool = False  # our Lease create was refused: the namespace is being deleted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +250,7 @@ async def read_snapshot(
         idle_checked_at=learnt.idle_checked_at,
         last_error=learnt.last_error,
         pod_rejected=learnt.pod_rejected,
+        namespace_terminating=learnt.namespace_terminating,
         spec_error=spec_error,
         shutting_down=facts.shutting_down,
         backoff_base_seconds=facts.backoff_base_seconds,

@@ -20,7 +20,7 @@ from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.execute import events as events_mod
 from baton.execute import leasekeeper, outcomes, statuswrite
-from baton.k8s import claims, client, pods, runtimes, services
+from baton.k8s import api, claims, client, pods, runtimes, services
 from baton.lifecycle import manifests, pins
 from baton.lifecycle import plan
 
@@ -41,6 +41,7 @@ class Context:
     clock: clock_mod.Clock
     faults: faults_mod.Faults
     wake: Callable[[], None]
+    lease_free: bool = False  # the plan may relabel and delete pods without the Lease (Plan.lease_free)
 
     def wrote(self, written: dict[str, Any] | None) -> None:
         statuswrite.wrote(self.views, self.snap, written)
@@ -100,7 +101,14 @@ async def remove_annotation(ctx: Context, action: plan.RemoveAnnotation) -> None
 
 
 async def acquire_lease(ctx: Context, action: plan.AcquireLease) -> None:
-    await ctx.keeper.acquire(snap=ctx.snap, action=action, key=ctx.key, wake=ctx.wake)
+    try:
+        await ctx.keeper.acquire(snap=ctx.snap, action=action, key=ctx.key, wake=ctx.wake)
+    except api.ApiError as exc:
+        if api.is_namespace_terminating(exc):
+            # Learnt for decide(): a deleted runtime there finishes without the Lease.
+            ctx.outcome.namespace_terminating = True
+            raise outcomes.Aborted("Lease not created: the namespace is being deleted") from exc
+        raise
     ctx.outcome.lease_acquired_at = ctx.clock.wall()
 
 

@@ -44,6 +44,7 @@ class Executor:
         ctx = actions.Context(snap=snap, key=key, outcome=outcome, views=self.views, keeper=self.leases,
                               events=self.events, identity=self.identity, clock=self.clock, faults=self.faults,
                               wake=wake)
+        ctx.lease_free = planned.lease_free
         for action in claim_phases_together(planned.actions):
             try:
                 if isinstance(action, tuple):
@@ -74,7 +75,8 @@ class Executor:
         return outcome
 
     async def _one(self, ctx: actions.Context, action: plan.Action) -> None:
-        if isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key):
+        if (isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key)
+                and not (ctx.lease_free and isinstance(action, plan.LEASE_FREE_IN_TERMINATING_NAMESPACE))):
             metrics.FENCING_REJECTIONS.inc()
             raise outcomes.Aborted(f"{type(action).__name__} refused: this replica does not hold a fresh Lease")
         handler = actions.HANDLERS.get(type(action))

@@ -29,3 +29,4 @@ class Outcome:
     service_taken: bool | None = None  # whether a Service we do not own holds the name
     reads: int = 0  # fresh GETs made for this runtime
     lease_acquired_at: datetime.datetime | None = None  # wall time this plan acquired the Lease
+    namespace_terminating: bool = False  # the Lease create was refused: the namespace is being deleted

@@ -81,6 +81,13 @@ def decode_watch_line(line: bytes) -> dict[str, Any] | None:
     return event
 
 
+def is_namespace_terminating(exc: BaseException) -> bool:
+    """A create refused because its namespace is being deleted (the NamespaceLifecycle admission
+    plugin: 403 "... because it is being terminated"). Nothing can be created there again, by
+    anyone: no Lease, and no pod."""
+    return isinstance(exc, ApiError) and exc.status == 403 and "because it is being terminated" in exc.message
+
+
 def is_status(exc: BaseException, *codes: int) -> bool:
     return isinstance(exc, ApiError) and exc.status in codes
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from typing import Callable
 
@@ -54,6 +55,13 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
                 "write fencing token before resuming",
             )
         return then()
+    if o.deleting and o.namespace_terminating and lease.free():
+        # The namespace is being deleted: its Lease went with it and cannot be created again.
+        # Nothing can start a generation there (every create is refused, for everyone), so the
+        # deletion finishes without the Lease; pods are still deleted by UID, status written on
+        # the version read.
+        planned = then()
+        return dataclasses.replace(planned, lease_free=True, note=f"{planned.note} (no Lease: the namespace is being deleted)")
     if lease.free() or lease.holder == o.identity:
         # Free, expired, or naming this identity without this process holding it (a restart
         # under the same name): take it with a new token, so older writes stay fenced.

@@ -179,6 +179,8 @@ Action = Union[
 # writes of a holder are held to the same rule; a non-holder's (LockTimeout) carry the
 # resourceVersion it read, so they never overwrite the holder's.
 FENCED = (CreatePod, SetServing, DeletePod, ForceDeletePod)
+# What a lease_free plan may send without the Lease: never a create.
+LEASE_FREE_IN_TERMINATING_NAMESPACE = (SetServing, DeletePod, ForceDeletePod)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +192,10 @@ class Plan:
     note: str = ""
     # True while this runtime needs the Lease and another process holds it (lock wait).
     lease_wait: bool = False
+    # Carried out without the Lease: a deleted runtime in a namespace being deleted, where no
+    # Lease can be created again and the API server refuses every pod create, for everyone.
+    # The executor then lets pod relabels and deletes through (never a create).
+    lease_free: bool = False
 
     def kinds(self) -> list[str]:
         return [type(a).__name__ for a in self.actions]

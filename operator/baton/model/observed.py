@@ -106,6 +106,9 @@ class Observed(base.Model):
     last_error: str | None = None  # the last action of this runtime that failed, if any
     # The API server refused the last pod create (4xx other than AlreadyExists): its message.
     pod_rejected: str | None = None
+    # A Lease create was refused because the runtime's namespace is being deleted: nothing can be
+    # created there again, by anyone (pods included), so a deletion finishes without the Lease.
+    namespace_terminating: bool = False
     # The spec could not be read (a malformed field the CRD let through); `spec` then holds
     # the defaults, enough to retire and delete safely.
     spec_error: str | None = None

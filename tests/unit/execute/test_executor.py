@@ -121,3 +121,37 @@ def test_claim_phases_not_written_never_fail_the_plan(monkeypatch: pytest.Monkey
     phases = [plan.SetClaimPhase(f"c{i}", f"uid-{i}", "Bound", "") for i in range(3)]
     outcome, _ = _run(_executor(fakes.new_clock()), *phases, plan.AddFinalizer())
     assert outcome.ok and outcome.ran_through and sent
+
+
+def test_a_lease_free_plan_deletes_pods_without_the_lease_but_never_creates_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    deleted: list[str] = []
+
+    async def delete_pod(namespace: str, name: str, uid: str, grace_seconds: int) -> None:
+        deleted.append(uid)
+    monkeypatch.setattr(pods, "delete_pod", delete_pod)
+    ex = _executor(fakes.new_clock())
+    delete = plan.DeletePod(pod=builders.RT, uid="uid-7", grace_seconds=1)
+    fenced = asyncio.run(ex.execute(fakes.snap(), plan.Plan((delete,)), lambda: None))
+    assert not fenced.ok and deleted == [], "without the Lease and not lease_free: refused"
+    freed = asyncio.run(ex.execute(fakes.snap(), plan.Plan((delete,), lease_free=True), lambda: None))
+    assert freed.ok and deleted == ["uid-7"]
+    create = plan.CreatePod(manifest=dict(POD))
+    refused = asyncio.run(ex.execute(fakes.snap(), plan.Plan((create,), lease_free=True), lambda: None))
+    assert not refused.ok, "a create is never sent without the Lease"
+
+
+def test_a_lease_create_refused_in_a_terminating_namespace_is_learnt(monkeypatch: pytest.MonkeyPatch) -> None:
+    from baton.k8s import leases
+
+    async def acquire_lease(**kwargs: Any) -> dict[str, Any]:
+        raise api.ApiError(403, "Forbidden", 'leases.coordination.k8s.io "baton-rt" is forbidden: unable to create '
+                           'new content in namespace agents because it is being terminated')
+
+    async def reread_runtime(key: Any) -> dict[str, Any]:
+        return fakes.stored_runtime(uid=builders.RT_UID, token=0)
+    monkeypatch.setattr(leases, "acquire_lease", acquire_lease)
+    ex = _executor(fakes.new_clock())
+    monkeypatch.setattr(ex.views, "reread_runtime", reread_runtime)
+    outcome = asyncio.run(ex.execute(fakes.snap(), plan.Plan((plan.AcquireLease(token=1),)), lambda: None))
+    assert (outcome.ok, outcome.namespace_terminating) == (False, True)

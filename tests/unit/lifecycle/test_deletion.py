@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from baton.lifecycle import decide
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import observed as obs
@@ -65,3 +66,38 @@ DELETE = [
 @pytest.mark.parametrize("o,now,expected,wait", DELETE)
 def test_deletion(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
     check_decide(o, now, expected, wait)
+
+
+# In a namespace being deleted: no Lease can be created again, nor any pod, by anyone ---------------
+
+TERMINATING = dict(deleting=True, lease=b.NO_LEASE, lease_held_here=False, namespace_terminating=True)
+
+
+def test_a_deleted_runtime_in_a_terminating_namespace_is_retired_without_the_lease() -> None:
+    o = b.observed(status_=retiring(S.TERMINATING, kind=K.DELETE), pods=(OLD_QUIET,), **TERMINATING)
+    planned = decide(o, b.NOW)
+    assert planned.lease_free
+    assert not planned.find(p.AcquireLease) and not planned.find(p.CreatePod)
+    assert [a.uid for a in planned.find(p.DeletePod)] == ["uid-7"]
+
+
+def test_the_finalizer_goes_without_the_lease_once_nothing_stands() -> None:
+    o = b.observed(status_=b.in_flight(DEL_FIN, gen=None), pods=(), **TERMINATING)
+    planned = decide(o, b.NOW)
+    assert planned.lease_free
+    assert planned.kinds() == ["ConfirmNoPod", "DeleteLease", "RemoveFinalizer"]
+
+
+@pytest.mark.parametrize("what", ["not-deleted", "namespace-not-terminating", "lease-held-by-another"])
+def test_anything_else_still_needs_the_lease(what: str) -> None:
+    fields: dict[str, Any] = dict(TERMINATING)
+    if what == "not-deleted":
+        fields["deleting"] = False
+    elif what == "namespace-not-terminating":
+        fields["namespace_terminating"] = False
+    else:
+        fields["lease"] = b.lease_other(renewed=0.0)
+    o = b.observed(status_=retiring(S.TERMINATING, kind=K.DELETE), pods=(OLD_QUIET,), **fields)
+    planned = decide(o, b.NOW)
+    assert not planned.lease_free
+    assert not planned.find(p.DeletePod)
