@@ -83,7 +83,7 @@ def _external_wait(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
     degraded = o.status.condition(st.ConditionType.DEGRADED)
     said = (degraded.reason if degraded is not None and degraded.status == "True" else None)
     old = o.pod_by_uid(t.from_uid) if t.retiring else None
-    if old is not None and not old.owned:
+    if old is not None and not old.owned and t.kind != st.TransitionKind.DELETE:
         return ("retiring pod disowned; waiting for it to go", transitions.FOREIGN_POLL_SECONDS) if said == st.Reason.NAME_CONFLICT.value else None
     if t.step == st.Step.CREATING:
         if steady.foreign_blocking_create(o):
@@ -119,6 +119,8 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     ours = o.pod_by_uid(t.from_uid) if t.retiring else (o.pod_by_uid(t.to_uid) if t.step == st.Step.CONNECTING else None)
     if ours is not None and not ours.owned:
         # Someone removed our ownerReference: the pod is not ours to relabel or delete any more.
+        if t.kind == st.TransitionKind.DELETE and t.retiring:
+            return retire.orphaned(o, t, now)
         return transitions.blocked(
             o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.NAME_CONFLICT,
             message=steady.name_conflict_message([f"pod {o.namespace}/{ours.name} (uid {ours.uid})"]),

@@ -200,13 +200,22 @@ def _outcome(o: obs.Observed, t: st.Transition, *, retired_current: bool) -> st.
     return outcomes.get(t.trigger, st.Outcome.RETIRED)
 
 
-def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, cleanup: conditions.Cond | None = None) -> p.Plan:
-    """The old pod is confirmed gone (or abandoned by a recorded force recovery): record it."""
+def orphaned(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """A deletion whose retiring pod lost its ownerReference (`kubectl delete --cascade=orphan`,
+    or a person removing it): the pod is no longer Baton's to retire, and whoever disowned it
+    meant it to stay. Record it as Orphaned and finish the deletion; never wait for it."""
+    return _retire_done(o, t, now, orphaned_pod=True)
+
+
+def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, cleanup: conditions.Cond | None = None,
+                 *, orphaned_pod: bool = False) -> p.Plan:
+    """The old pod is confirmed gone (or abandoned by a recorded force recovery, or disowned in
+    a deletion): record it."""
     status = transitions.stamped(o, now)
     current = status.current
     # Only the pod with that UID ends `current`: a stray may carry the same generation label.
     retired_current = current is not None and current.uid == t.from_uid
-    outcome = _outcome(o, t, retired_current=retired_current)
+    outcome = st.Outcome.ORPHANED if orphaned_pod else _outcome(o, t, retired_current=retired_current)
     entry = st.HistoryEntry(
         generation=t.from_ or 0,
         pod=t.from_pod,
@@ -215,7 +224,9 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
         started_at=t.from_started_at,
         retired_at=now,
         outcome=outcome,
-        message="; ".join(m for m in (t.force_retired, "drain incomplete" if t.drain_incomplete else None) if m) or None,
+        message="; ".join(m for m in (
+            t.force_retired, "drain incomplete" if t.drain_incomplete else None,
+            f"pod {t.from_pod} left in place: its ownerReference was removed" if orphaned_pod else None) if m) or None,
     )
     history = status.history
     if t.from_:

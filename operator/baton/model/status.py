@@ -122,6 +122,7 @@ class Outcome(str, enum.Enum):
     SUSPENDED = "Suspended"
     DELETED = "Deleted"
     LOST = "Lost"
+    ORPHANED = "Orphaned"  # deleted with --cascade=orphan (or disowned mid-delete): the pod is left running
 
 
 # A known value parses as its enum member, anything else stays a plain string (left to right).

@@ -11,6 +11,7 @@ from baton.lifecycle import decide
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import observed as obs
+from baton.model import status as st
 
 from .. import builders as b
 from ..expect import WS, Rec, case, check_decide, step_time
@@ -101,3 +102,29 @@ def test_anything_else_still_needs_the_lease(what: str) -> None:
     planned = decide(o, b.NOW)
     assert not planned.lease_free
     assert not planned.find(p.DeletePod)
+
+
+@pytest.mark.parametrize("step", [S.STOPPING_ADMISSION, S.DRAINING, S.TERMINATING, S.AWAITING_POD_GONE])
+def test_a_deletion_whose_pod_was_disowned_records_it_orphaned_and_finishes(step: Any) -> None:
+    # kubectl delete --cascade=orphan: the garbage collector strips the pod's ownerReference.
+    disowned = b.pod(7, serving=False).model_copy(update={"owned": False})
+    o = b.observed(deleting=True, status_=retiring(step, kind=K.DELETE), pods=(disowned,))
+    planned = decide(o, b.NOW)
+    [write] = planned.find(p.WriteStatus)
+    t = write.status.transition
+    assert t is not None and t.step == S.FINALIZING
+    entry = write.status.history[-1]
+    assert (entry.generation, entry.uid, entry.outcome) == (7, "uid-7", "Orphaned")
+    assert "left in place" in (entry.message or "")
+    assert not planned.find(p.DeletePod) and not planned.find(p.SetServing)
+
+
+def test_a_handoff_whose_pod_was_disowned_still_blocks_and_touches_nothing() -> None:
+    disowned = b.pod(7, serving=False).model_copy(update={"owned": False})
+    o = b.observed(status_=retiring(S.DRAINING), pods=(disowned,), desired_hash=b.HASH2)
+    planned = decide(o, b.NOW)
+    assert not planned.find(p.DeletePod) and not planned.find(p.CreatePod)
+    [write] = planned.find(p.WriteStatus)
+    degraded = write.status.condition(st.ConditionType.DEGRADED)
+    assert degraded is not None and (degraded.status, degraded.reason) == ("True", "NameConflict")
+    assert write.status.transition is not None and write.status.transition.step == S.DRAINING
