@@ -45,6 +45,8 @@ class Memory(snapshot.Learnt):
             self.name_taken = outcome.name_taken
         if outcome.service_taken is not None:
             self.service_taken = outcome.service_taken
+        if outcome.service_error is not None:
+            self.service_error = outcome.service_error or None
         if outcome.namespace_terminating:
             self.namespace_terminating = True  # a namespace being deleted never comes back
         if outcome.ran_through:

@@ -69,6 +69,8 @@ for case_id, port, needle in [
     ("probe-port-name-too-long", "sixteen-letters-", "15"),
 ]:
     CASES.append((case_id, _with(PROBE_PORT, port), ["spec.drain.probe.httpGet.port", needle]))
+CASES.append(("service-ports-without-names", _with(["spec", "service"], {"ports": [{"port": 80}, {"port": 81}]}),
+              ["spec.service.ports", "needs a name"]))
 for case_id, port, needle in [
     ("target-port-70000", 70000, "less than or equal to 65535"),
     ("target-port-zero", 0, "greater than or equal to 1"),

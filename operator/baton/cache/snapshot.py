@@ -57,6 +57,7 @@ class Learnt:
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
     namespace_terminating: bool = False  # our Lease create was refused: the namespace is being deleted
+    service_error: str | None = None  # the API server refused our last Service write: its message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +252,7 @@ async def read_snapshot(
         last_error=learnt.last_error,
         pod_rejected=learnt.pod_rejected,
         namespace_terminating=learnt.namespace_terminating,
+        service_error=learnt.service_error,
         spec_error=spec_error,
         shutting_down=facts.shutting_down,
         backoff_base_seconds=facts.backoff_base_seconds,

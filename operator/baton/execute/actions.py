@@ -146,8 +146,15 @@ async def ensure_service(ctx: Context, action: plan.EnsureService) -> None:
         ctx.views.apply(await services.apply_service(ns, action.manifest, uid=svc.uid if svc.exists and svc.owned else None),
                         "Service")
         ctx.outcome.service_taken = False
+        ctx.outcome.service_error = ""
     except services.NotOwned:
         ctx.outcome.service_taken = True  # read it fresh next pass: Degraded NameConflict
+        raise
+    except client.ApiError as exc:
+        if 400 <= exc.status < 500 and exc.status not in (408, 409, 429):
+            # The API server refuses this Service as specified (invalid, quota, admission): said as
+            # Degraded ServiceError by the next pass; the plan fails, so it is retried backed off.
+            ctx.outcome.service_error = client.short(exc)
         raise
 
 

@@ -27,6 +27,7 @@ class Outcome:
     pod_rejected: str | None = None  # the API server's refusal of this plan's pod create
     name_taken: bool | None = None  # whether a pod holds the runtime's name (create or ConfirmNoPod)
     service_taken: bool | None = None  # whether a Service we do not own holds the name
+    service_error: str | None = None  # the API server's refusal of our Service write; "" once one succeeded
     reads: int = 0  # fresh GETs made for this runtime
     lease_acquired_at: datetime.datetime | None = None  # wall time this plan acquired the Lease
     namespace_terminating: bool = False  # the Lease create was refused: the namespace is being deleted

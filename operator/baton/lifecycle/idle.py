@@ -57,7 +57,9 @@ def idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
         stamped = desired.model_copy(update={"fencing_token": transitions.stamped(o, now).fencing_token, "holder": o.identity,
                                              "pending_reset": None})
         warnings = steady.new_warnings(status, stamped)
-        return lease.with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *service_actions, *warnings), 0,
+        # The warnings before the Service write: a refused Service stops the plan, and its
+        # ServiceError must still be said.
+        return lease.with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *warnings, *service_actions), 0,
                                                   "steady status"))
     claim_phases = steady.claim_phases(o)
     if claim_phases and not o.shutting_down:

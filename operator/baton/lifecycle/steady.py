@@ -67,13 +67,14 @@ def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
 def new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
     """A Warning event (and a count) when a condition newly reports a conflict: said once."""
     actions: list[p.Action] = []
-    for kind, reason in ((st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT), (st.ConditionType.READY, st.Reason.MULTIPLE_PODS), (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC)):
+    for kind, reason in ((st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT), (st.ConditionType.READY, st.Reason.MULTIPLE_PODS),
+                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR)):
         before, after = old.condition(kind), new.condition(kind)
         if after is not None and after.reason == reason.value and (
             before is None or before.reason != reason.value or before.message != after.message
         ):
             actions.append(p.Event("Warning", reason.value, after.message))
-            if reason != st.Reason.INVALID_SPEC:
+            if reason in (st.Reason.NAME_CONFLICT, st.Reason.MULTIPLE_PODS):
                 actions.append(p.Record(p.Metric.NAME_CONFLICTS, (("kind", reason.value),)))
     return tuple(actions)
 
@@ -95,7 +96,7 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
     squatters = foreign_name_holders(o)
     claimants = foreign_claimants(o)
     if (not status.conditions and not o.spec.suspend and not o.missing_config_refs and not o.unreadable_config_refs
-            and not squatters and not claimants and o.spec_error is None):
+            and not squatters and not claimants and o.spec_error is None and o.service_error is None):
         return status  # the first transition writes the initial conditions
     changes: list[conditions.Cond] = [(st.ConditionType.PROGRESSING, False, st.Reason.IDLE, "")]
     if o.spec.suspend:
@@ -134,6 +135,9 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
     elif o.missing_config_refs:
         changes.append((st.ConditionType.DEGRADED, True, st.Reason.CONFIG_REF_MISSING,
                         "missing: " + ", ".join(sorted(o.missing_config_refs))))
+    elif o.service_error is not None and o.spec.service is not None:
+        changes.append((st.ConditionType.DEGRADED, True, st.Reason.SERVICE_ERROR,
+                        f"the Service {o.namespace}/{o.name} was refused: {o.service_error}"))
     elif o.unreadable_config_refs and not (degraded and degraded.reason in (st.Reason.CONNECT_TIMEOUT.value, st.Reason.POD_REJECTED.value)
                                            and degraded.status == "True"):
         changes.append((st.ConditionType.DEGRADED, True, st.Reason.CONFIG_REF_UNREADABLE,
@@ -141,7 +145,8 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
                         "start no handoff: " + ", ".join(sorted(o.unreadable_config_refs))))
     else:
         if degraded and degraded.reason in (st.Reason.CONFIG_REF_MISSING.value, st.Reason.CONFIG_REF_UNREADABLE.value,
-                                            st.Reason.NAME_CONFLICT.value, st.Reason.INVALID_SPEC.value, st.Reason.UNKNOWN_STEP.value):
+                                            st.Reason.NAME_CONFLICT.value, st.Reason.INVALID_SPEC.value, st.Reason.UNKNOWN_STEP.value,
+                                            st.Reason.SERVICE_ERROR.value):
             changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "no conflict, referenced config present, spec readable"))
         elif degraded and degraded.reason == st.Reason.LOCK_TIMEOUT.value:
             changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "lifecycle Lease acquired"))

@@ -109,6 +109,8 @@ class Observed(base.Model):
     # A Lease create was refused because the runtime's namespace is being deleted: nothing can be
     # created there again, by anyone (pods included), so a deletion finishes without the Lease.
     namespace_terminating: bool = False
+    # The API server refused the last write of the runtime's Service (not a conflict): its message.
+    service_error: str | None = None
     # The spec could not be read (a malformed field the CRD let through); `spec` then holds
     # the defaults, enough to retire and delete safely.
     spec_error: str | None = None

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from baton.lifecycle import decide
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import observed as obs
@@ -162,3 +163,21 @@ START = [
 @pytest.mark.parametrize("o,now,expected,wait", START)
 def test_handoff_starts_and_verbs(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
     check_decide(o, now, expected, wait)
+
+
+def test_a_refused_service_is_said_once_before_it_is_tried_again() -> None:
+    from baton.model import status as status_mod
+    o = b.observed(spec_=b.spec(service=True), service_error="422 Invalid: quota exceeded")
+    planned = decide(o, b.NOW)
+    kinds = planned.kinds()
+    assert kinds.index("WriteStatus") < kinds.index("Event") < kinds.index("EnsureService"), kinds
+    [write] = planned.find(p.WriteStatus)
+    degraded = write.status.condition(status_mod.ConditionType.DEGRADED)
+    assert degraded is not None and (degraded.status, degraded.reason) == ("True", "ServiceError")
+    assert "quota exceeded" in degraded.message
+    [event] = planned.find(p.Event)
+    assert (event.type, event.reason) == ("Warning", "ServiceError")
+    # Once said, the next pass (the condition in status) writes nothing new and says nothing.
+    again = decide(o.model_copy(update={"status": write.status}), b.NOW)
+    assert not again.find(p.WriteStatus) and not again.find(p.Event)
+    assert again.find(p.EnsureService)
