@@ -102,9 +102,18 @@ def awaiting_pod_gone(o: obs.Observed, t: st.Transition, now: datetime.datetime)
     if old is None:
         return _retire_done(o, t, now)
     if t.forced:
+        if t.deadline is not None and now >= t.deadline:
+            # Bounded too: a finalizer that keeps coming back (a controller re-adding it) would
+            # have this force delete sent every second, forever. Said, and held for a person.
+            return _cleanup_failure(
+                o, t, now, old, reason=st.Reason.POD_STUCK_TERMINATING,
+                message=f"pod {old.name} (uid {old.uid}) still exists {o.spec.budgets.cleanup_seconds}s after its "
+                "forced delete" + (f"; finalizers: {', '.join(old.finalizers)}" if old.finalizers else ""),
+            )
+        wait = min(1.0, transitions.remaining(t.deadline, now)) if t.deadline is not None else 1.0
         if old.finalizers or not old.deleting:
-            return p.Plan((p.ForceDeletePod(old.name, old.uid),), 1.0, "force delete (recorded)")
-        return p.Plan((), 1.0, "force-deleted; awaiting pod gone")
+            return p.Plan((p.ForceDeletePod(old.name, old.uid),), wait, "force delete (recorded)")
+        return p.Plan((), wait, "force-deleted; awaiting pod gone")
     if t.deadline is not None and now >= t.deadline:
         return _cleanup_failure(
             o, t, now, old, reason=st.Reason.POD_STUCK_TERMINATING,

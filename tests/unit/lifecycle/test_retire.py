@@ -244,3 +244,21 @@ def test_only_the_generation_a_reset_named_is_recorded_as_reset(
     entries = [h for h in writes[0].status.history if h.uid == from_uid]
     assert [(h.generation, h.outcome) for h in entries] == [(from_, outcome)], writes[0].status.history
     assert writes[0].status.transition is not None and writes[0].status.transition.step == S.CREATING
+
+
+def test_a_forced_delete_whose_finalizer_keeps_coming_back_is_bounded_by_cleanup_seconds() -> None:
+    stuck = b.pod(7, serving=False, ready=False, deleting=True, finalizers=("example.com/keeps-coming-back",))
+    before = b.observed(status_=retiring(S.AWAITING_POD_GONE, forced=True, deadline=60.0, last_cleanup_failure=FAILURE),
+                        pods=(stuck,), desired_hash=b.HASH2)
+    sent = decide(before, NOW)
+    assert sent.find(p.ForceDeletePod) and sent.wait_seconds == 1.0
+    # Past the forced step's deadline (cleanupSeconds after the force recovery): no more force
+    # deletes every second; CleanupFailed again, said, and held for a person.
+    past = decide(before, at(61))
+    assert not past.find(p.ForceDeletePod)
+    [write] = past.find(p.WriteStatus)
+    assert write.status.transition is not None and write.status.transition.step == S.CLEANUP_FAILED
+    failed = write.status.condition(st.ConditionType.CLEANUP_FAILED)
+    assert failed is not None and (failed.status, failed.reason) == ("True", "PodStuckTerminating")
+    assert "forced delete" in failed.message and "keeps-coming-back" in failed.message
+    assert [e.reason for e in past.find(p.Event)] == ["CleanupFailed"]
