@@ -80,7 +80,9 @@ class Controller:
             v.configmaps.listeners.append(self._listener(self.configs.on_config("ConfigMap")))
         if v.secrets is not None:
             v.secrets.listeners.append(self._listener(self.configs.on_config("Secret")))
-        v.start(client.work())
+        # The informers on a pool of their own: with many watched namespaces their long watches
+        # would otherwise take every connection the writes need.
+        v.start(client.open_watches(informers=v.informer_count()))
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")

@@ -78,6 +78,10 @@ class Views:
             kinds.append(("Secret", "v1", "secrets", self.secrets, None))
         return kinds
 
+    def informer_count(self) -> int:
+        """How many informers `start` runs: one per kind and watched namespace (or one per kind)."""
+        return len(self._kinds()) * max(1, len(self.namespaces))
+
     def start(self, api: k8s_api.Api) -> None:
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         for kind, gv, plural, store, selector in self._kinds():

@@ -1,8 +1,10 @@
 """API client setup and error helpers.
 
 Credentials come from the official client's loaders (kubeconfig when KUBECONFIG is set, else the
-in-cluster account); requests go through two async connection pools (``baton.k8s.api``): one for
-the work, one for Lease calls only, so that nothing queues ahead of a renewal.
+in-cluster account); requests go through three async connection pools (``baton.k8s.api``): one for
+the work, one for Lease calls only, so that nothing queues ahead of a renewal, and one for the
+informers' lists and long watches, sized by their number, so that watches never hold the
+connections writes need (each watch keeps its connection for minutes).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ ApiError = api.ApiError
 
 _WORK: api.Api | None = None
 _LEASES: api.Api | None = None
+_WATCHES: api.Api | None = None
+# Connections of the watch pool beyond one per informer: a watch being reopened, a relist.
+WATCH_POOL_SPARE = 4
 
 
 def load_config() -> None:
@@ -41,12 +46,21 @@ async def start(*, pool_size: int = 64) -> None:
     _LEASES = api.Api(cfg, name="leases", pool_size=16)
 
 
+def open_watches(*, informers: int) -> api.Api:
+    """The informers' own pool: one connection per long watch plus a few spare (inside the loop)."""
+    global _WATCHES
+    assert _WORK is not None, "baton.k8s.client.start() was not awaited"
+    cfg = kubernetes.client.Configuration.get_default_copy()
+    _WATCHES = api.Api(cfg, name="watch", pool_size=informers + WATCH_POOL_SPARE)
+    return _WATCHES
+
+
 async def stop() -> None:
-    global _WORK, _LEASES
-    for a in (_WORK, _LEASES):
+    global _WORK, _LEASES, _WATCHES
+    for a in (_WORK, _LEASES, _WATCHES):
         if a is not None:
             await a.close()
-    _WORK = _LEASES = None
+    _WORK = _LEASES = _WATCHES = None
 
 
 def work() -> api.Api:
