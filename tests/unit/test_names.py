@@ -19,11 +19,17 @@ def test_only_names_spells_the_api_names() -> None:
     assert found == {"model/names.py"} | NOT_YET
 
 
-def test_manifests_re_exports_the_names_it_had() -> None:
+def test_the_re_exports_are_gone() -> None:
+    # The names are read from baton.model.names only: no second spelling through an old module.
+    from baton.cache import store
+    from baton.k8s import claims
     for name in ("GROUP", "API_VERSION", "KIND", "FINALIZER", "LABEL_RUNTIME", "LABEL_GENERATION", "LABEL_SERVING",
                  "ANN_GENERATION", "ANN_FENCING_TOKEN", "ANN_TEMPLATE_HASH", "ANN_RESET", "ANN_FORCE_RECOVERY",
                  "ANN_FORCE_RETIRE", "pod_name", "lease_name"):
-        assert getattr(manifests, name) is getattr(names, name), name
+        assert not hasattr(manifests, name), name
+    assert not hasattr(store, "RUNTIME_LABEL")
+    for name in ("GROUP", "VERSION", "PLURAL", "GROUP_VERSION"):
+        assert not hasattr(claims, name), name
 
 
 def test_names_are_the_wire_names() -> None:
