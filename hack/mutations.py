@@ -80,8 +80,8 @@ MUTATIONS = [
         "operator/baton/lifecycle/verbs.py",
         (("            and reset.strip() == str(current.generation)\n        )",
           "        )"),),
-        elsewhere=(("operator/baton/lifecycle/idle.py", "        if o.annotations.get(mf.ANN_RESET, \"\").strip() == str(current.generation):",
-                    "        if mf.ANN_RESET in o.annotations:"),),
+        elsewhere=(("operator/baton/lifecycle/idle.py", "        if o.annotations.get(names.ANN_RESET, \"\").strip() == str(current.generation):",
+                    "        if names.ANN_RESET in o.annotations:"),),
     ),
     Mutation(
         "drop-drain-deadline", "Draining waits for the probe with no deadline",
@@ -98,10 +98,10 @@ MUTATIONS = [
     Mutation(
         "trust-label-list", "gone = absent from the label-selected view (no GET by name of the retiring or current pod)",
         "operator/baton/cache/snapshot.py",
-        (("    if t is not None and t.retiring and t.from_uid and t.from_uid not in found:\n        names.add(",
-          "    if False:\n        names.add("),
-         ("    if status.current is not None and status.current.uid not in found:\n        names.add(",
-          "    if False:\n        names.add(")),
+        (("    if t is not None and t.retiring and t.from_uid and t.from_uid not in found:\n        wanted.add(",
+          "    if False:\n        wanted.add("),
+         ("    if status.current is not None and status.current.uid not in found:\n        wanted.add(",
+          "    if False:\n        wanted.add(")),
     ),
     Mutation(
         "drop-status-rv-precondition", "status writes without the resourceVersion they were decided on",

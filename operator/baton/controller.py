@@ -26,6 +26,7 @@ from baton import queue as queue_mod
 from baton import settings as settings_mod
 from baton.cache import store, views as views_mod
 from baton.k8s import client
+from baton.model import names
 
 log = logging.getLogger("baton.runner")
 
@@ -72,10 +73,10 @@ class Controller:
         v.claims.listeners.append(self._listener(
             lambda old, new: triggers.on_claim(old, new, runtime_of=views_mod.claim_runtime,
                                                in_transition=self._in_transition)))
-        v.pods.listeners.append(self._listener(triggers.by_label(store.RUNTIME_LABEL)))
-        v.services.listeners.append(self._listener(triggers.by_label(store.RUNTIME_LABEL)))
+        v.pods.listeners.append(self._listener(triggers.by_label(names.LABEL_RUNTIME)))
+        v.services.listeners.append(self._listener(triggers.by_label(names.LABEL_RUNTIME)))
         v.slices.listeners.append(self._listener(triggers.by_label(views_mod.SERVICE_NAME_LABEL)))
-        v.leases.listeners.append(self._listener(triggers.on_lease(store.RUNTIME_LABEL)))
+        v.leases.listeners.append(self._listener(triggers.on_lease(names.LABEL_RUNTIME)))
         if v.configmaps is not None:
             v.configmaps.listeners.append(self._listener(self.configs.on_config("ConfigMap")))
         if v.secrets is not None:

@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client as k8s
 
 from baton.k8s import api, claims, client, pods, services
+from baton.model import names
 from dev.wait import wait_for
 from harness.cluster import Cluster
 from harness.kwok import pod_manifest
@@ -98,8 +99,8 @@ def test_service_patch_of_a_gone_uid_is_not_owned(cluster: Cluster, namespace: s
 
 def test_claim_phase_is_written_to_that_uid_only(cluster: Cluster, namespace: str, crd: None) -> None:
     custom = k8s.CustomObjectsApi(cluster.api_client)
-    group, version, plural = claims.GROUP, claims.VERSION, claims.PLURAL
-    claim = {"apiVersion": claims.GROUP_VERSION, "kind": "ToolRuntimeClaim", "metadata": {"name": "c1"},
+    group, version, plural = names.GROUP, names.VERSION, names.CLAIM_PLURAL
+    claim = {"apiVersion": names.API_VERSION, "kind": "ToolRuntimeClaim", "metadata": {"name": "c1"},
              "spec": {"runtimeRef": {"name": "tool"}, "generation": 1, "fork": "f", "branch": "a",
                       "state": "Speculative"}}
     first = custom.create_namespaced_custom_object(group, version, namespace, plural, claim)

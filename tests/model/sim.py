@@ -34,9 +34,8 @@ from baton.cache import informer
 from baton.cache import snapshot
 from baton.cache import views
 from baton.k8s import api, client
-from baton.lifecycle import manifests
 from baton.lifecycle import plan
-from baton.model import status as status_mod
+from baton.model import names, status as status_mod
 
 
 def clone(obj: Any) -> Any:
@@ -309,7 +308,7 @@ class Server:
         tokens Baton has used. Baton's own writes are judged from this token on (the Lease check
         guards Baton's writes, not a person's); status keeps the higher token, and no step may
         be acted on under the lower one."""
-        name = manifests.lease_name(RT)
+        name = names.lease_name(RT)
         old = self.get("Lease", name)
         assert old is not None, "no Lease to restore"
         copy = clone(old)
@@ -369,13 +368,13 @@ class Server:
             return clone(obj)
         if method == "POST":
             if kind == "Pod":
-                self._check_fenced(f"create pod g{body['metadata']['labels'].get(manifests.LABEL_GENERATION)}")
+                self._check_fenced(f"create pod g{body['metadata']['labels'].get(names.LABEL_GENERATION)}")
                 owner = (body["metadata"].get("ownerReferences") or [{}])[0].get("uid")
                 if self.runtime() is None or owner != self.runtime_uid:
                     # The garbage collector would delete it at once: treat as refused.
                     raise _err(404, "NotFound", "owner gone")
                 created = self.create(kind, body)
-                gen_text = created["metadata"]["labels"].get(manifests.LABEL_GENERATION)
+                gen_text = created["metadata"]["labels"].get(names.LABEL_GENERATION)
                 self.all_pod_uids[created["metadata"]["uid"]] = int(gen_text) if gen_text else None
                 if self.delivering:
                     self.late_pod_uids.add(created["metadata"]["uid"])
@@ -505,16 +504,16 @@ class Server:
         seen yet cannot hold it), unless a person force-retired it past its pins. A pod already
         lost (terminating, or a PodLost retire) is not pinned."""
         labels = ((body.get("metadata") or {}).get("labels") or {})
-        if self.delivering or self.sender is None or labels.get(manifests.LABEL_SERVING) != "false":
+        if self.delivering or self.sender is None or labels.get(names.LABEL_SERVING) != "false":
             return
         meta = pod["metadata"]
-        if meta.get("labels", {}).get(manifests.LABEL_SERVING) != "true" or meta.get("deletionTimestamp"):
+        if meta.get("labels", {}).get(names.LABEL_SERVING) != "true" or meta.get("deletionTimestamp"):
             return
         s = self.status()
         t = s.transition if s is not None else None
         if t is not None and (t.force_retired or t.trigger == status_mod.Trigger.POD_LOST):
             return
-        gen = meta.get("labels", {}).get(manifests.LABEL_GENERATION)
+        gen = meta.get("labels", {}).get(names.LABEL_GENERATION)
         rep = self.senders[self.sender]
         known = rep.views.claims_known(NS)
         pinning = [c["metadata"]["name"] for c in rep.views.claims.by_label(NS, RT)
@@ -531,7 +530,7 @@ class Server:
         if self.delivering or self.sender is None:
             return
         rep = self.senders[self.sender]
-        lease = self.get("Lease", manifests.lease_name(RT))
+        lease = self.get("Lease", names.lease_name(RT))
         spec = (lease or {}).get("spec") or {}
         held = rep.executor.leases.held.get((NS, RT))
         if (held is None or spec.get("holderIdentity") != rep.identity
@@ -587,12 +586,12 @@ class Server:
 
     def check_state(self) -> None:
         """Invariant 1 (at every instant): at most one pod object, at most one serving."""
-        pods = [pd for pd in self.pods() if pd["metadata"].get("labels", {}).get(manifests.LABEL_RUNTIME) == RT
+        pods = [pd for pd in self.pods() if pd["metadata"].get("labels", {}).get(names.LABEL_RUNTIME) == RT
                 or client.owned_by(pd, self.runtime_uid)]
         live = [pd for pd in pods if not pd["metadata"].get("deletionTimestamp")]
         if len(live) > 1:
             self.violation(f"{len(live)} non-terminated pods: {[pd['metadata']['name'] for pd in live]}")
-        serving = [pd for pd in live if pd["metadata"]["labels"].get(manifests.LABEL_SERVING) == "true"]
+        serving = [pd for pd in live if pd["metadata"]["labels"].get(names.LABEL_SERVING) == "true"]
         if len(serving) > 1:
             self.violation("two serving pods")
 
@@ -676,7 +675,7 @@ class FakeApi:
         if what == "create" and s.sender is not None and not s.delivering:
             # Judged when the create is sent on time (not when planned: an earlier action of the
             # plan, ConfirmNoPod, may stop it), whatever the API server answers.
-            s.create_sent(s.sender, int(body["metadata"]["labels"][manifests.LABEL_GENERATION]))
+            s.create_sent(s.sender, int(body["metadata"]["labels"][names.LABEL_GENERATION]))
         return s.handle(method, path, body, content_type, query)
 
     async def get_or_none(self, path: str) -> Any:

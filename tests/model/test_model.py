@@ -21,9 +21,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as hs
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from baton.lifecycle import manifests
 from baton.lifecycle import plan
-from baton.model import status
+from baton.model import names, status
 
 from . import sim
 
@@ -200,7 +199,7 @@ class BatonModel(RuleBasedStateMachine):
     @rule()
     def runtime_label_edited_off(self) -> None:
         self._t("unlabel")
-        self.server.user_pod(lambda pod: pod["metadata"].get("labels", {}).pop(manifests.LABEL_RUNTIME, None))
+        self.server.user_pod(lambda pod: pod["metadata"].get("labels", {}).pop(names.LABEL_RUNTIME, None))
 
     @rule(broken=hs.booleans())
     def kubelet(self, broken: bool) -> None:
@@ -232,7 +231,7 @@ class BatonModel(RuleBasedStateMachine):
             # A value below the current generation can never become valid (numbers only grow):
             # only the others may ever reset a generation.
             self.server.resets_posted.add(value)
-        self.server.user_patch_runtime(lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_RESET, value))
+        self.server.user_patch_runtime(lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(names.ANN_RESET, value))
 
     @rule(stale=hs.booleans())
     def force_recovery(self, stale: bool) -> None:
@@ -241,7 +240,7 @@ class BatonModel(RuleBasedStateMachine):
         value = str(failed + 1 if stale else failed)
         self._t("force", stale)
         self.server.user_patch_runtime(
-            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_FORCE_RECOVERY, value))
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(names.ANN_FORCE_RECOVERY, value))
 
     @rule(suspend=hs.booleans())
     def suspend(self, suspend: bool) -> None:
@@ -269,7 +268,7 @@ class BatonModel(RuleBasedStateMachine):
         value = str(gen + 1 if stale else gen)
         self._t("force-retire", stale)
         self.server.user_patch_runtime(
-            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_FORCE_RETIRE, value))
+            lambda rt: rt["metadata"].setdefault("annotations", {}).__setitem__(names.ANN_FORCE_RETIRE, value))
 
     @rule(r=replica_ix, seconds=hs.sampled_from([2, 5]))
     def claims_not_listed_yet(self, r: int, seconds: int) -> None:
@@ -390,10 +389,10 @@ class BatonModel(RuleBasedStateMachine):
         rt = self.server.runtime()
         if s is None or rt is None or s.transition is None or s.transition.step != status.Step.CLEANUP_FAILED:
             return
-        if manifests.ANN_FORCE_RECOVERY not in (rt["metadata"].get("annotations") or {}) and s.last_cleanup_failure:
+        if names.ANN_FORCE_RECOVERY not in (rt["metadata"].get("annotations") or {}) and s.last_cleanup_failure:
             value = str(s.last_cleanup_failure.generation)
             self.server.user_patch_runtime(
-                lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(manifests.ANN_FORCE_RECOVERY, value))
+                lambda o: o["metadata"].setdefault("annotations", {}).__setitem__(names.ANN_FORCE_RECOVERY, value))
 
     @invariant()
     def nothing_violated(self) -> None:
@@ -519,7 +518,7 @@ def test_a_late_create_landing_while_the_runtime_finalizes_is_retired_first(unla
         holder.pause()
         assert holder.paused_plan is not None and "RemoveFinalizer" in holder.paused_plan[1].kinds()
         srv.deliver(0)
-        assert [pd["metadata"]["name"] for pd in srv.pods()] == [manifests.pod_name(sim.RT)], "the late create landed"
+        assert [pd["metadata"]["name"] for pd in srv.pods()] == [names.pod_name(sim.RT)], "the late create landed"
         if unlabelled:
             m.runtime_label_edited_off()
         holder.resume()
@@ -587,13 +586,13 @@ def test_a_lease_taken_after_the_runtime_finished_deleting_is_deleted_by_its_hol
         assert got is not None and got[1].find(plan.AcquireLease), got and got[1]
         other.execute(*got)
         if gone == "before-the-read":
-            assert ("Lease", manifests.lease_name(sim.RT)) not in srv.objs, "a Lease created for a runtime already gone"
+            assert ("Lease", names.lease_name(sim.RT)) not in srv.objs, "a Lease created for a runtime already gone"
             return
         assert srv.runtime_removed
-        assert ("Lease", manifests.lease_name(sim.RT)) in srv.objs, "the Lease was taken again for the gone runtime"
+        assert ("Lease", names.lease_name(sim.RT)) in srv.objs, "the Lease was taken again for the gone runtime"
         other.lagging = False
         other.step()  # its view catches up: the runtime is gone
-        assert ("Lease", manifests.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
+        assert ("Lease", names.lease_name(sim.RT)) not in srv.objs, "the Lease taken for the gone runtime is left"
         assert not other.executor.leases.held
         assert not srv.violations, "\n".join(srv.violations)
     finally:
@@ -626,7 +625,7 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
             assert srv.runtime_removed
         else:
             m.run_for(3 * sim.LEASE_SECONDS)  # at rest: the Lease released, nobody holds it
-            srv.remove("Lease", manifests.lease_name(sim.RT))
+            srv.remove("Lease", names.lease_name(sim.RT))
         used = srv.max_lease_token
         seen_token = lagging.views.runtimes.get(sim.NS, sim.RT)
         assert seen_token is not None
@@ -639,7 +638,7 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
         assert got is not None and got[1].find(plan.AcquireLease), got and got[1]
         lagging.execute(*got)
         assert not srv.violations, "\n".join(srv.violations)
-        lease = srv.get("Lease", manifests.lease_name(sim.RT))
+        lease = srv.get("Lease", names.lease_name(sim.RT))
         if runtime_gone:
             assert lease is None, f"a Lease created for a runtime already gone: {lease}"
         else:
@@ -647,7 +646,7 @@ def test_a_lease_created_again_never_reuses_a_lower_token(runtime_gone: bool) ->
             lagging.lagging = False
             m.run_for(10)
             assert not srv.violations, "\n".join(srv.violations)
-            lease = srv.get("Lease", manifests.lease_name(sim.RT))
+            lease = srv.get("Lease", names.lease_name(sim.RT))
             assert lease is None or int(lease["spec"]["leaseTransitions"]) > used
     finally:
         m.undo()
@@ -701,7 +700,7 @@ def test_a_lease_restored_below_the_token_status_carries_is_taken_up_past_it_bef
         assert after is not None and after.current is not None and after.transition is None, after
         assert after.current.generation > before.current.generation, (before.current, after.current)
         assert after.fencing_token > before.fencing_token, (before.fencing_token, after.fencing_token)
-        lease = srv.get("Lease", manifests.lease_name(sim.RT))
+        lease = srv.get("Lease", names.lease_name(sim.RT))
         assert lease is not None and int(lease["spec"]["leaseTransitions"]) > before.fencing_token, lease
     finally:
         m.undo()
@@ -750,7 +749,7 @@ def test_a_transition_ended_before_its_pod_was_seen_never_forgets_that_pod() -> 
             s = srv.status()
             assert s is not None
             created = next((pd for pd in srv.pods() if not pd["metadata"].get("deletionTimestamp")
-                            and pd["metadata"]["labels"].get(manifests.LABEL_GENERATION) == "2"), None)
+                            and pd["metadata"]["labels"].get(names.LABEL_GENERATION) == "2"), None)
             if created is not None:
                 break
         assert created is not None and s.transition is not None and s.transition.step == status.Step.CREATING, s
@@ -902,7 +901,7 @@ def test_stopping_admission_on_a_pod_gone_behind_the_view_is_not_repeated() -> N
     handle = srv.handle
 
     def counting(method: str, path: str, body: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if method == "PATCH" and "/pods/" in path and manifests.LABEL_SERVING in str(body):
+        if method == "PATCH" and "/pods/" in path and names.LABEL_SERVING in str(body):
             patches.append(str(body))
         return handle(method, path, body, *args, **kwargs)
 

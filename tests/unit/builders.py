@@ -11,8 +11,8 @@ import dataclasses
 import datetime
 from typing import Any
 
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import spec as sp
 from baton.model import status as st
@@ -59,7 +59,7 @@ def at(seconds: float) -> datetime.datetime:
 
 def name(gen: int) -> str:
     """Every generation's pod has the runtime's name (the generation is in its labels)."""
-    return mf.pod_name(RT)
+    return names.pod_name(RT)
 
 
 def uid(gen: int) -> str:
@@ -259,7 +259,7 @@ def observed(
     lease: obs.LeaseInfo | None = None,
     spec_: sp.ToolRuntimeSpec | None = None,
     desired_hash: str = HASH,
-    finalizers: tuple[str, ...] = (mf.FINALIZER,),
+    finalizers: tuple[str, ...] = (names.FINALIZER,),
     annotations: dict[str, str] | None = None,
     **extra: Any,
 ) -> obs.Observed:
@@ -311,11 +311,11 @@ class World:
             if isinstance(a, p.FENCED):
                 assert o.lease.holder == ME and o.lease_held_here, f"{a} without the Lease"
             if isinstance(a, p.AddFinalizer):
-                o = o.model_copy(update={"finalizers": (*o.finalizers, mf.FINALIZER)})
+                o = o.model_copy(update={"finalizers": (*o.finalizers, names.FINALIZER)})
             elif isinstance(a, p.ConfirmNoPod):
                 assert not [pd for pd in o.pods if pd.name == a.pod and pd.owned], f"{a}: the pod still stands"
             elif isinstance(a, p.RemoveFinalizer):
-                o = o.model_copy(update={"finalizers": tuple(f for f in o.finalizers if f != mf.FINALIZER)})
+                o = o.model_copy(update={"finalizers": tuple(f for f in o.finalizers if f != names.FINALIZER)})
             elif isinstance(a, p.RemoveAnnotation):
                 o = o.model_copy(update={"annotations": {k: v for k, v in o.annotations.items() if k != a.key}})
             elif isinstance(a, p.AcquireLease):
@@ -339,9 +339,9 @@ class World:
                 assert not live, f"Invariant 1: creating {meta['name']} while {live} stand"
                 self.uids += 1
                 new = obs.PodInfo(
-                    name=meta["name"], uid=f"uid-{self.uids}", generation=int(meta["labels"][mf.LABEL_GENERATION]),
-                    serving=meta["labels"][mf.LABEL_SERVING] == "true", created_at=now,
-                    template_hash=meta["annotations"][mf.ANN_TEMPLATE_HASH],
+                    name=meta["name"], uid=f"uid-{self.uids}", generation=int(meta["labels"][names.LABEL_GENERATION]),
+                    serving=meta["labels"][names.LABEL_SERVING] == "true", created_at=now,
+                    template_hash=meta["annotations"][names.ANN_TEMPLATE_HASH],
                 )
                 o = o.model_copy(update={"pods": (*o.pods, new)})
             elif isinstance(a, p.SetServing):

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from baton import lifecycle
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -126,15 +126,15 @@ class NewPod(Expectation):
         assert meta["name"] == b.name(self.gen) and meta["namespace"] == b.NS
         assert meta["labels"] == {
             "app": "search",  # the user's template labels are kept
-            mf.LABEL_RUNTIME: b.RT,
-            mf.LABEL_GENERATION: str(self.gen),
-            mf.LABEL_SERVING: "false",  # joins the Service only once Ready
+            names.LABEL_RUNTIME: b.RT,
+            names.LABEL_GENERATION: str(self.gen),
+            names.LABEL_SERVING: "false",  # joins the Service only once Ready
         }
         assert meta["annotations"] == {
             "team": "tools",
-            mf.ANN_GENERATION: str(self.gen),
-            mf.ANN_FENCING_TOKEN: str(self.token),
-            mf.ANN_TEMPLATE_HASH: self.template_hash,
+            names.ANN_GENERATION: str(self.gen),
+            names.ANN_FENCING_TOKEN: str(self.token),
+            names.ANN_TEMPLATE_HASH: self.template_hash,
         }
         assert meta["ownerReferences"] == [{
             "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": b.RT, "uid": b.RT_UID,

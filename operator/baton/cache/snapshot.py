@@ -20,6 +20,7 @@ from baton.cache import views as views_mod
 from baton.k8s import client, configrefs, pods, services
 from baton.lifecycle import manifests
 from baton.model import claims as claims_model
+from baton.model import names
 from baton.model import observed as observed_mod
 from baton.model import spec as spec_model
 from baton.model import status as status_mod
@@ -82,7 +83,7 @@ class Snapshot:
 def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -> observed_mod.PodInfo:
     meta, status = pod.get("metadata") or {}, pod.get("status") or {}
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
-    gen_text = labels.get(manifests.LABEL_GENERATION)
+    gen_text = labels.get(names.LABEL_GENERATION)
     ready = any(
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
@@ -94,12 +95,12 @@ def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -
         ready=ready,
         deleting=bool(meta.get("deletionTimestamp")),
         finalizers=tuple(meta.get("finalizers") or ()),
-        serving=labels.get(manifests.LABEL_SERVING) == "true",
+        serving=labels.get(names.LABEL_SERVING) == "true",
         created_at=client.parse_time(meta.get("creationTimestamp")),
         ip=status.get("podIP"),
-        template_hash=annotations.get(manifests.ANN_TEMPLATE_HASH),
+        template_hash=annotations.get(names.ANN_TEMPLATE_HASH),
         owned=client.owned_by(pod, runtime_uid),
-        labelled=labels.get(manifests.LABEL_RUNTIME) == runtime,
+        labelled=labels.get(names.LABEL_RUNTIME) == runtime,
     )
 
 
@@ -176,20 +177,20 @@ def _parse(rt: dict[str, Any], memo: SnapshotMemo) -> tuple[spec_model.ToolRunti
 async def _pods(views: views_mod.Views, namespace: str, name: str, status: status_mod.ToolRuntimeStatus, *,
                 memo: SnapshotMemo, name_taken: bool) -> list[dict[str, Any]]:
     found = {pd["metadata"]["uid"]: pd for pd in views.pods.by_label(namespace, name)}
-    named = views.pods.get(namespace, manifests.pod_name(name))
+    named = views.pods.get(namespace, names.pod_name(name))
     if named is not None:
         found[named["metadata"]["uid"]] = named
-    names: set[str] = set()
+    wanted: set[str] = set()
     t = status.transition
     if t is not None and t.retiring and t.from_uid and t.from_uid not in found:
-        names.add(t.from_pod or manifests.pod_name(name))
+        wanted.add(t.from_pod or names.pod_name(name))
     if t is not None and t.to_uid and t.to_uid not in found:
-        names.add(manifests.pod_name(name))
+        wanted.add(names.pod_name(name))
     if status.current is not None and status.current.uid not in found:
-        names.add(status.current.pod)
+        wanted.add(status.current.pod)
     if name_taken:
-        names.add(manifests.pod_name(name))
-    for pod_name in sorted(names):
+        wanted.add(names.pod_name(name))
+    for pod_name in sorted(wanted):
         memo.reads += 1
         pod = await pods.read_pod(namespace, pod_name)
         # The GET is fresher than the view: drop what the view says under that name.
@@ -211,7 +212,7 @@ async def read_snapshot(
     spec, status, spec_error = _parse(rt, memo)
     uid = meta["uid"]
     raw_pods = await _pods(views, namespace, name, status, memo=memo, name_taken=learnt.name_taken)
-    lease = views.leases.get(namespace, manifests.lease_name(name))
+    lease = views.leases.get(namespace, names.lease_name(name))
     svc = views.services.get(namespace, name)
     if svc is None and learnt.service_taken:
         memo.reads += 1

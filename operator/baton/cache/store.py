@@ -15,10 +15,6 @@ Key = tuple[str, str]
 # (old or None, new or None): what changed; new None means deleted.
 Listener = Callable[[Obj | None, Obj | None], None]
 
-# Re-exported until callers move to baton.model.names (the label had two names).
-RUNTIME_LABEL = names.LABEL_RUNTIME
-
-
 # How long a deleted object's resourceVersion is remembered. A write's reply arrives within its
 # request timeout (at most a minute) or never; this is five times that.
 TOMBSTONE_SECONDS = 300.0

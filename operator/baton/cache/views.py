@@ -18,14 +18,15 @@ from baton.cache import informer as informer_mod
 from baton.cache import store as store_mod
 from baton.k8s import api as k8s_api
 from baton.k8s import configrefs, runtimes
+from baton.model import names
 
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 # The API rules the informers need (apiGroup, resource, verbs); ConfigMaps and Secrets only where
 # the chart grants them (BATON_WATCH_CONFIGMAPS / BATON_WATCH_SECRETS).
 RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("baton.dev", "toolruntimes", ("list", "watch")),
-    ("baton.dev", "toolruntimeclaims", ("list", "watch")),
+    (names.GROUP, names.PLURAL, ("list", "watch")),
+    (names.GROUP, names.CLAIM_PLURAL, ("list", "watch")),
     ("", "pods", ("list", "watch")),
     ("coordination.k8s.io", "leases", ("list", "watch")),
     ("", "services", ("list", "watch")),
@@ -54,10 +55,10 @@ class Views:
         self.runtimes = store_mod.Store(index_label=None)
         # ToolRuntimeClaims carry the user's labels, not ours: all of them, indexed by runtimeRef.
         self.claims = store_mod.Store(index_label=None, index_by=claim_runtime)
-        self.pods = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
-        self.leases = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
-        self.services = store_mod.Store(selected_by=store_mod.RUNTIME_LABEL)
-        self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=store_mod.RUNTIME_LABEL)
+        self.pods = store_mod.Store(selected_by=names.LABEL_RUNTIME)
+        self.leases = store_mod.Store(selected_by=names.LABEL_RUNTIME)
+        self.services = store_mod.Store(selected_by=names.LABEL_RUNTIME)
+        self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=names.LABEL_RUNTIME)
         self.configmaps = store_mod.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
         self.secrets = store_mod.Store(index_label=None, transform=_digest_only) if watch_secrets else None
         self.informers: list[informer_mod.Informer] = []
@@ -65,12 +66,12 @@ class Views:
 
     def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None]]:
         kinds: list[tuple[str, str, str, store_mod.Store, str | None]] = [
-            ("ToolRuntime", "baton.dev/v1alpha1", "toolruntimes", self.runtimes, None),
-            ("ToolRuntimeClaim", "baton.dev/v1alpha1", "toolruntimeclaims", self.claims, None),
-            ("Pod", "v1", "pods", self.pods, store_mod.RUNTIME_LABEL),
-            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, store_mod.RUNTIME_LABEL),
-            ("Service", "v1", "services", self.services, store_mod.RUNTIME_LABEL),
-            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, store_mod.RUNTIME_LABEL),
+            (names.KIND, names.API_VERSION, names.PLURAL, self.runtimes, None),
+            (names.CLAIM_KIND, names.API_VERSION, names.CLAIM_PLURAL, self.claims, None),
+            ("Pod", "v1", "pods", self.pods, names.LABEL_RUNTIME),
+            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, names.LABEL_RUNTIME),
+            ("Service", "v1", "services", self.services, names.LABEL_RUNTIME),
+            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, names.LABEL_RUNTIME),
         ]
         if self.configmaps is not None:
             kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None))

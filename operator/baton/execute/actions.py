@@ -21,8 +21,9 @@ from baton.cache import views as views_mod
 from baton.execute import events as events_mod
 from baton.execute import leasekeeper, outcomes, statuswrite
 from baton.k8s import api, claims, client, pods, runtimes, services
-from baton.lifecycle import manifests, pins
+from baton.lifecycle import pins
 from baton.lifecycle import plan
+from baton.model import names
 
 log = logging.getLogger("baton.execute")
 
@@ -54,14 +55,14 @@ class Context:
 async def add_finalizer(ctx: Context, action: plan.AddFinalizer) -> None:
     ns, name = ctx.key
     meta: dict[str, Any] = ctx.snap.runtime.get("metadata") or {}
-    fins = list(meta.get("finalizers") or []) + [manifests.FINALIZER]
+    fins = list(meta.get("finalizers") or []) + [names.FINALIZER]
     ctx.wrote(await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"]))
 
 
 async def remove_finalizer(ctx: Context, action: plan.RemoveFinalizer) -> None:
     ns, name = ctx.key
     meta: dict[str, Any] = ctx.snap.runtime.get("metadata") or {}
-    fins = [f for f in meta.get("finalizers") or [] if f != manifests.FINALIZER]
+    fins = [f for f in meta.get("finalizers") or [] if f != names.FINALIZER]
     unfinalized = await runtimes.patch_runtime_finalizers(ns, name, fins, meta["resourceVersion"])
     ctx.wrote(unfinalized)
     wmeta = (unfinalized or {}).get("metadata") or {}

@@ -20,8 +20,8 @@ from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.execute import outcomes
 from baton.k8s import client, leases
-from baton.lifecycle import manifests
 from baton.lifecycle import plan
+from baton.model import names
 
 log = logging.getLogger("baton.execute")
 
@@ -73,7 +73,7 @@ class LeaseKeeper:
         uid = (held.last or {}).get("metadata", {}).get("uid")
         self.drop(key)
         try:
-            await leases.delete_lease(ns, manifests.lease_name(name), uid=uid)
+            await leases.delete_lease(ns, names.lease_name(name), uid=uid)
             log.info("runtime %s/%s is gone: deleted the Lease this process held for it", ns, name,
                      extra={"runtime": f"{ns}/{name}"})
         except Exception as exc:  # the garbage collector remains (the Lease is owned by the runtime)
@@ -103,7 +103,7 @@ class LeaseKeeper:
         sent = self.clock.monotonic()
         try:
             held.last = await leases.renew_lease(
-                namespace=ns, name=manifests.lease_name(name),
+                namespace=ns, name=names.lease_name(name),
                 identity=self.identity, token=held.token, now=self.clock.wall(), last=held.last,
             )
             held.renewed = sent
@@ -127,7 +127,7 @@ class LeaseKeeper:
         sent = self.clock.monotonic()
         try:
             written = await leases.acquire_lease(
-                namespace=ns, name=manifests.lease_name(name), runtime=name,
+                namespace=ns, name=names.lease_name(name), runtime=name,
                 runtime_uid=snap.observed.uid, identity=self.identity, token=action.token,
                 duration_seconds=self.lease_seconds, now=self.clock.wall(), observed=snap.lease,
             )
@@ -161,14 +161,14 @@ class LeaseKeeper:
         ns, name = key
         held = self.held.get(key)
         self.drop(key)
-        self.views.apply(await leases.release_lease(namespace=ns, name=manifests.lease_name(name),
+        self.views.apply(await leases.release_lease(namespace=ns, name=names.lease_name(name),
                                                     identity=self.identity,
                                                     last=held.last if held else observed), "Lease")
 
     async def delete(self, key: Key) -> None:
         ns, name = key
         self.drop(key)
-        await leases.delete_lease(ns, manifests.lease_name(name))
+        await leases.delete_lease(ns, names.lease_name(name))
 
     async def release_all(self) -> None:
         """At shutdown: anything still held (a step cut short) is handed back; the next holder resumes."""
@@ -177,7 +177,7 @@ class LeaseKeeper:
             held = self.held.get(key)
             self.drop(key)
             try:
-                await leases.release_lease(namespace=ns, name=manifests.lease_name(name), identity=self.identity,
+                await leases.release_lease(namespace=ns, name=names.lease_name(name), identity=self.identity,
                                            last=held.last if held else None)
             except Exception as exc:
                 log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc))

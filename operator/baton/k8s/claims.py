@@ -12,10 +12,6 @@ from baton.model import names
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
 RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = ((names.GROUP, f"{names.CLAIM_PLURAL}/status", ("patch",)),)
 
-# Kept for tests/integration/test_k8s_adapters.py until it reads baton.model.names.
-GROUP, VERSION, PLURAL = names.GROUP, names.VERSION, names.CLAIM_PLURAL
-GROUP_VERSION = names.API_VERSION
-
 
 async def patch_claim_status(namespace: str, name: str, *, uid: str, status_patch: dict[str, Any]) -> dict[str, Any] | None:
     """The claim's status (phase, message: `status_patch`) written whole, guarded by its UID (a

@@ -9,6 +9,7 @@ from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import steady
 from baton.lifecycle import transitions
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -18,7 +19,7 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
     a pod of that number already there moves the transition to Connecting."""
     kinds = st.TransitionKind
     to = t.to or transitions.next_generation(o)
-    name = mf.pod_name(o.name)
+    name = names.pod_name(o.name)
     named = o.pod_by_name(name)
     if named is not None and not named.owned:
         return transitions.blocked(
@@ -76,7 +77,7 @@ def _pod_rejected(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, 
     """The API server refused the pod (no image, PodSecurity, quota...): say so, quoting it,
     and back off with the Lease released; past connectSeconds, end like a connect timeout."""
     attempt = (t.attempt or 0) + 1
-    msg = f"the API server refused pod {mf.pod_name(o.name)} of generation {to} (attempt {attempt}): {o.pod_rejected}"
+    msg = f"the API server refused pod {names.pod_name(o.name)} of generation {to} (attempt {attempt}): {o.pod_rejected}"
     rejected: list[p.Action] = [p.Event("Warning", st.Reason.POD_REJECTED.value, msg), p.Record(p.Metric.POD_REJECTIONS)]
     if now >= deadline:
         retry_attempt = (o.status.retry.attempt if o.status.retry else 0) + 1
@@ -106,9 +107,9 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
     if pod is None or pod.phase in ("Failed", "Succeeded") or pod.deleting:
         # The new generation died before serving: its number is spent, the next one gets a new number.
         nxt = transitions.next_generation(o)
-        lost = st.HistoryEntry(generation=to, pod=mf.pod_name(o.name), uid=t.to_uid, retired_at=now,
+        lost = st.HistoryEntry(generation=to, pod=names.pod_name(o.name), uid=t.to_uid, retired_at=now,
                                outcome=st.Outcome.LOST)
-        named = o.pod_by_name(mf.pod_name(o.name))
+        named = o.pod_by_name(names.pod_name(o.name))
         if pod is None and named is not None and named.owned:
             # Another pod holds the name (a second create of this number, sent when the write of
             # Connecting with the first one's UID was held). This pass read

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 
 from baton.lifecycle import conditions
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -18,7 +18,7 @@ def convert_to_delete(o: obs.Observed, t: st.Transition, now: datetime.datetime)
     if t.retiring:
         new_t = t.model_copy(update={"kind": kinds.DELETE})
     else:
-        fresh = o.pod_by_uid(t.to_uid) or (o.pod_by_name(mf.pod_name(o.name)) if t.to else None)
+        fresh = o.pod_by_uid(t.to_uid) or (o.pod_by_name(names.pod_name(o.name)) if t.to else None)
         if fresh is not None and fresh.owned:
             new_t = transitions.retiring(o, now, kind=kinds.DELETE, trigger=st.Trigger.DELETED, pod=fresh,
                               generation=fresh.generation, uid=fresh.uid)
@@ -39,7 +39,7 @@ def finalizing(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
         return p.Plan((p.WriteStatus(status),), 0, f"{stray.name} still stands: retire it first")
     # Nothing owned in view; the one pod name is read fresh first (ConfirmNoPod), so nothing the
     # views cannot see is left behind.
-    actions: list[p.Action] = [p.ConfirmNoPod(mf.pod_name(o.name))]
+    actions: list[p.Action] = [p.ConfirmNoPod(names.pod_name(o.name))]
     if o.service.exists and o.service.owned:
         actions.append(p.DeleteService())
     actions += [p.DeleteLease(), p.RemoveFinalizer()]

@@ -18,13 +18,13 @@ from baton.lifecycle import create
 from baton.lifecycle import deletion
 from baton.lifecycle import idle
 from baton.lifecycle import lease
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import pin_gate
 from baton.lifecycle import plan as p
 from baton.lifecycle import retire
 from baton.lifecycle import steady
 from baton.lifecycle import transitions
 from baton.lifecycle import verbs
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -34,9 +34,9 @@ def decide(observed: obs.Observed, now: datetime.datetime) -> p.Plan:
     """The next plan for one runtime as `observed` at `now`: the finalizer first, then idle or
     the transition in flight (a reset seen meanwhile waits for it, bounded)."""
     o = observed
-    if not o.deleting and mf.FINALIZER not in o.finalizers:
+    if not o.deleting and names.FINALIZER not in o.finalizers:
         return p.Plan((p.AddFinalizer(),), 0, "add finalizer")
-    if o.deleting and mf.FINALIZER not in o.finalizers:
+    if o.deleting and names.FINALIZER not in o.finalizers:
         return p.Plan((), None, "being deleted; nothing of ours is left")
     t = o.status.transition
     if t is None:
@@ -72,7 +72,7 @@ def _external_wait(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
     already says so: then it needs no Lease (an idle wait costs no writes)."""
     if t.step == st.Step.CLEANUP_FAILED:
         if (o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
-                or mf.ANN_FORCE_RECOVERY in o.annotations or o.pod_by_uid(t.from_uid) is None):
+                or names.ANN_FORCE_RECOVERY in o.annotations or o.pod_by_uid(t.from_uid) is None):
             return None
         return "cleanup failed; waiting for baton.dev/force-recovery", None
     if o.deleting and t.kind != st.TransitionKind.DELETE:
@@ -103,12 +103,12 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     if o.shutting_down:
         # Everything up to here is persisted: hand the transition back for the next holder.
         return p.Plan((p.ReleaseLease(),), None, "shutting down: Lease handed back")
-    force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
+    force = o.annotations.get(names.ANN_FORCE_RECOVERY)
     if force is not None and t.step != st.Step.CLEANUP_FAILED:
         # Allowed only while CleanupFailed=True for that generation: never kept for later.
         return p.Plan(tuple(verbs.stale_force_recovery(o, force, f"no cleanup failure is pending ({st.text(t.step)})")), 0,
                       "stale force-recovery")
-    force_retire = o.annotations.get(mf.ANN_FORCE_RETIRE)
+    force_retire = o.annotations.get(names.ANN_FORCE_RETIRE)
     if force_retire is not None and not (t.step == st.Step.STOPPING_ADMISSION and t.pin_wait_since is not None
                                          and force_retire.strip() == str(t.from_)):
         return p.Plan(tuple(verbs.stale_force_retire(

@@ -6,7 +6,6 @@ import datetime
 
 from baton.lifecycle import conditions
 from baton.lifecycle import lease
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import pin_gate
 from baton.lifecycle import pins as pn
 from baton.lifecycle import plan as p
@@ -15,6 +14,7 @@ from baton.lifecycle import retire
 from baton.lifecycle import steady
 from baton.lifecycle import transitions
 from baton.lifecycle import verbs
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -115,7 +115,7 @@ def _intent(
             return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.POD_LOST, pod=current_pod,
                              generation=current.generation, uid=current.uid, to=nxt,
                              started_at=current.started_at))
-        if o.annotations.get(mf.ANN_RESET, "").strip() == str(current.generation):
+        if o.annotations.get(names.ANN_RESET, "").strip() == str(current.generation):
             return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.RESET, pod=current_pod,
                              generation=current.generation, uid=current.uid, to=nxt))
         if current.template_hash != o.desired_hash:
@@ -202,5 +202,5 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
         *steady.service_actions(o),
     ]
     if t.trigger == st.Trigger.RESET:
-        actions.append(p.RemoveAnnotation(mf.ANN_RESET, o.annotations.get(mf.ANN_RESET, "")))
+        actions.append(p.RemoveAnnotation(names.ANN_RESET, o.annotations.get(names.ANN_RESET, "")))
     return p.Plan(tuple(actions), 0, f"begin {st.text(t.kind)} {st.arrow(t)}")

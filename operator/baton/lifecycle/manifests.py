@@ -9,23 +9,6 @@ from typing import Any
 
 from baton.model import names, spec as spec_model
 
-# The API's names live in baton.model.names; re-exported until callers move to baton.model.names.
-GROUP = names.GROUP
-API_VERSION = names.API_VERSION
-KIND = names.KIND
-FINALIZER = names.FINALIZER
-LABEL_RUNTIME = names.LABEL_RUNTIME
-LABEL_GENERATION = names.LABEL_GENERATION
-LABEL_SERVING = names.LABEL_SERVING
-ANN_GENERATION = names.ANN_GENERATION
-ANN_FENCING_TOKEN = names.ANN_FENCING_TOKEN
-ANN_TEMPLATE_HASH = names.ANN_TEMPLATE_HASH
-ANN_RESET = names.ANN_RESET
-ANN_FORCE_RECOVERY = names.ANN_FORCE_RECOVERY
-ANN_FORCE_RETIRE = names.ANN_FORCE_RETIRE
-pod_name = names.pod_name
-lease_name = names.lease_name
-
 
 def template_hash(template: dict[str, Any], config_digest: str = "") -> str:
     """Hash of the pod template plus the digest of the config data it references."""

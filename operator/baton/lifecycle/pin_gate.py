@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime
 
 from baton.lifecycle import conditions
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import pins as pn
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
 from baton.lifecycle import verbs
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -42,12 +42,12 @@ def _blocked_message(o: obs.Observed, t: st.Transition, pins: pn.Pins) -> str:
     """What a retire blocked by pins past pinSeconds says."""
     return (f"generation {t.from_} is pinned by {pins.describe()} past budgets.pinSeconds="
             f"{o.spec.budgets.pin_seconds}: not retired ({st.text(t.trigger)}), it keeps serving; it proceeds when the "
-            f'claims are Released or Abandoned, or on annotation {mf.ANN_FORCE_RETIRE}: "{t.from_}"')
+            f'claims are Released or Abandoned, or on annotation {names.ANN_FORCE_RETIRE}: "{t.from_}"')
 
 
 def external_wait(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> tuple[str, float | None] | None:
     """A retire waiting for pins, its status already saying so: no Lease needed (claim events wake it)."""
-    if t.step != st.Step.STOPPING_ADMISSION or t.pin_wait_since is None or mf.ANN_FORCE_RETIRE in o.annotations:
+    if t.step != st.Step.STOPPING_ADMISSION or t.pin_wait_since is None or names.ANN_FORCE_RETIRE in o.annotations:
         return None
     old = o.pod_by_uid(t.from_uid)
     if old is None or not applies(t, old):
@@ -82,13 +82,13 @@ def gate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.Pod
         return None  # a person retired it past its pins: they never hold it again
     gen = t.from_
     pins = pins_of(o, t)
-    force = o.annotations.get(mf.ANN_FORCE_RETIRE)
+    force = o.annotations.get(names.ANN_FORCE_RETIRE)
     if force is not None:
         if force.strip() == str(gen) and t.pin_wait_since is not None:
             msg = (f"generation {gen} force-retired past pins ({pins.describe() if pins.pinned else 'none left'}) "
-                   f'by annotation {mf.ANN_FORCE_RETIRE}: "{force}"')
+                   f'by annotation {names.ANN_FORCE_RETIRE}: "{force}"')
             return _resume_retire(o, t, now, msg, force_retired=msg, extra=(
-                p.Event("Normal", st.Reason.FORCE_RETIRED.value, msg), p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, force),
+                p.Event("Normal", st.Reason.FORCE_RETIRED.value, msg), p.RemoveAnnotation(names.ANN_FORCE_RETIRE, force),
                 p.Record(p.Metric.FORCE_RETIRES)))
         return p.Plan(tuple(verbs.stale_force_retire(force, f"generation {gen}'s retire is not waiting for pins")), 0,
                       "stale force-retire")

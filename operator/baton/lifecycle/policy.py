@@ -7,9 +7,9 @@ import datetime
 
 from baton.lifecycle import conditions
 from baton.lifecycle import lease
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -44,7 +44,7 @@ def _pending_message(o: obs.Observed, pending: st.PendingChange) -> str:
     gen = o.status.current.generation if o.status.current else 0
     what = f"{', '.join(pending.changed)} changed since generation {gen} started"
     if o.spec.handoff.policy == spec_model.HandoffPolicy.MANUAL:
-        return f'{what}; handoff policy Manual: hands off on annotation {mf.ANN_RESET}: "{gen}"'
+        return f'{what}; handoff policy Manual: hands off on annotation {names.ANN_RESET}: "{gen}"'
     until = pending.since + transitions.seconds(o.spec.budgets.pending_seconds)
     return (f"{what}; handoff policy WhenIdle: hands off when the drain probe says idle, at the latest at "
             f"{until.isoformat()} (budgets.pendingSeconds={o.spec.budgets.pending_seconds})")

@@ -8,11 +8,11 @@ import datetime
 
 from baton.lifecycle import conditions
 from baton.lifecycle import create
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import pin_gate
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
 from baton.lifecycle import verbs
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -162,7 +162,7 @@ def cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
         done = _retire_done(o, t, now, cleanup=(st.ConditionType.CLEANUP_FAILED, False, st.Reason.POD_GONE,
                                                  f"generation {failed_gen}'s pod is gone after its cleanup failure"))
         return done
-    value = o.annotations.get(mf.ANN_FORCE_RECOVERY)
+    value = o.annotations.get(names.ANN_FORCE_RECOVERY)
     force_policy = o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
     named = value is not None and value.strip() == str(failed_gen)
     if force_policy and value is not None and not named:
@@ -177,7 +177,7 @@ def cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) ->
             p.Record(p.Metric.FORCE_RECOVERIES),
         ]
         if value is not None:
-            extra.append(p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value))
+            extra.append(p.RemoveAnnotation(names.ANN_FORCE_RECOVERY, value))
         return transitions.advance(
             o, t, now, st.Step.AWAITING_POD_GONE,
             deadline=now + transitions.seconds(o.spec.budgets.cleanup_seconds),

@@ -8,6 +8,7 @@ from baton.lifecycle import conditions
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import claims as claims_model
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import spec as spec_model
 from baton.model import status as st
@@ -16,7 +17,7 @@ from baton.model import status as st
 def foreign_name_holders(o: obs.Observed) -> list[str]:
     """Objects holding one of the runtime's names that the runtime does not own."""
     found = []
-    named = o.pod_by_name(mf.pod_name(o.name))
+    named = o.pod_by_name(names.pod_name(o.name))
     if named is not None and not named.owned:
         found.append(f"pod {o.namespace}/{named.name} (uid {named.uid})")
     if o.spec.service is not None and o.service.exists and not o.service.owned:
@@ -26,7 +27,7 @@ def foreign_name_holders(o: obs.Observed) -> list[str]:
 
 def foreign_claimants(o: obs.Observed) -> list[obs.PodInfo]:
     """Pods labelled for this runtime under another name that it does not own (never touched)."""
-    return [pod for pod in o.pods if not pod.owned and pod.labelled and pod.name != mf.pod_name(o.name)]
+    return [pod for pod in o.pods if not pod.owned and pod.labelled and pod.name != names.pod_name(o.name)]
 
 
 def name_conflict_message(squatters: list[str]) -> str:
@@ -37,8 +38,8 @@ def name_conflict_message(squatters: list[str]) -> str:
 
 def multiple_pods_message(o: obs.Observed, claimants: list[obs.PodInfo]) -> str:
     """The MultiplePods message naming the foreign claimants."""
-    names = ", ".join(f"{pod.name} (uid {pod.uid})" for pod in claimants)
-    return (f"pods labelled {mf.LABEL_RUNTIME}={o.name} but not owned by it: {names}; nothing is created "
+    foreign = ", ".join(f"{pod.name} (uid {pod.uid})" for pod in claimants)
+    return (f"pods labelled {names.LABEL_RUNTIME}={o.name} but not owned by it: {foreign}; nothing is created "
             "until only one pod of the runtime remains")
 
 
@@ -83,7 +84,7 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
     """Status between transitions: pending change and reset cleared when stale, and Ready,
     Suspended, Degraded as the runtime stands; `status` itself when nothing changes."""
     status = o.status
-    if status.pending_reset is not None and status.pending_reset.value != o.annotations.get(mf.ANN_RESET):
+    if status.pending_reset is not None and status.pending_reset.value != o.annotations.get(names.ANN_RESET):
         # The reset it recorded was refused or consumed once the transition had ended: a wait left
         # behind would shorten the wait of a later reset with the same value.
         status = status.model_copy(update={"pending_reset": None})
@@ -175,6 +176,6 @@ def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
 
 def foreign_blocking_create(o: obs.Observed) -> list[str]:
     """What stops a pod create: a foreign pod holding the name, or foreign claimants."""
-    named = o.pod_by_name(mf.pod_name(o.name))
+    named = o.pod_by_name(names.pod_name(o.name))
     found = [f"pod {o.namespace}/{named.name} (uid {named.uid})"] if named is not None and not named.owned else []
     return found + [f"pod {o.namespace}/{pod.name} (uid {pod.uid})" for pod in foreign_claimants(o)]

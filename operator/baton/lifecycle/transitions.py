@@ -8,8 +8,8 @@ import datetime
 import hashlib
 
 from baton.lifecycle import conditions
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -33,7 +33,7 @@ def stamped(o: obs.Observed, now: datetime.datetime) -> st.ToolRuntimeStatus:
     """Status as this holder writes it: its fencing token, identity and observed generation."""
     token = max(o.status.fencing_token, o.lease.token if o.lease.holder == o.identity else 0)
     pending = o.status.pending_reset
-    if pending is not None and pending.value != o.annotations.get(mf.ANN_RESET):
+    if pending is not None and pending.value != o.annotations.get(names.ANN_RESET):
         pending = None  # the reset it recorded was consumed or refused
     return o.status.model_copy(
         update={"fencing_token": token, "holder": o.identity, "observed_generation": o.meta_generation,
@@ -82,7 +82,7 @@ def retiring(
         kind=kind,
         trigger=trigger,
         from_=generation,
-        from_pod=pod.name if pod else (mf.pod_name(o.name) if generation else None),
+        from_pod=pod.name if pod else (names.pod_name(o.name) if generation else None),
         from_uid=uid,
         from_started_at=(pod.created_at if pod else None) or started_at,
         to=to,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime
 
 from baton.lifecycle import lease
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -22,7 +22,7 @@ def pending_reset(
     against the then-current generation once the transition ends). Past it: refused as stale,
     touching nothing. No reset annotation: Nothing.
     """
-    value = o.annotations.get(mf.ANN_RESET)
+    value = o.annotations.get(names.ANN_RESET)
     if value is None:
         return transitions.Nothing()
     pending = o.status.pending_reset
@@ -38,7 +38,7 @@ def pending_reset(
         return transitions.Wait(budget - waited + 0.05)
     return transitions.Act(p.Plan(
         (
-            p.RemoveAnnotation(mf.ANN_RESET, value, consumes=True),
+            p.RemoveAnnotation(names.ANN_RESET, value, consumes=True),
             p.Event("Warning", st.Reason.STALE_RESET.value,
                     f"reset names generation {value}, but {st.text(t.kind)} {st.arrow(t)} was still under way after "
                     f"lockSeconds={o.spec.budgets.lock_seconds}: nothing touched"),
@@ -54,7 +54,7 @@ def stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Act
     force-recovery or force-retire (nothing waits for them)."""
     actions: list[p.Action] = []
     current = o.status.current
-    reset = o.annotations.get(mf.ANN_RESET)
+    reset = o.annotations.get(names.ANN_RESET)
     if reset is not None:
         valid = (
             current is not None
@@ -67,15 +67,15 @@ def stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Act
         if not valid:
             now_gen = str(current.generation) if current else "none"
             actions += [
-                p.RemoveAnnotation(mf.ANN_RESET, reset, consumes=True),
+                p.RemoveAnnotation(names.ANN_RESET, reset, consumes=True),
                 p.Event("Warning", st.Reason.STALE_RESET.value,
                         f"reset names generation {reset!s}, but the current generation is {now_gen}: nothing touched"),
                 p.Record(p.Metric.STALE_VERBS, (("verb", "reset"),)),
             ]
-    force = o.annotations.get(mf.ANN_FORCE_RECOVERY)
+    force = o.annotations.get(names.ANN_FORCE_RECOVERY)
     if force is not None:
         actions += stale_force_recovery(o, force, "no cleanup failure is pending")
-    retire = o.annotations.get(mf.ANN_FORCE_RETIRE)
+    retire = o.annotations.get(names.ANN_FORCE_RETIRE)
     if retire is not None:
         actions += stale_force_retire(retire, "no retire waits for pins")
     return tuple(actions)
@@ -84,7 +84,7 @@ def stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Act
 def stale_force_recovery(o: obs.Observed, value: str, why: str) -> list[p.Action]:
     """Refuse a force-recovery annotation: remove it, say why, count it."""
     return [
-        p.RemoveAnnotation(mf.ANN_FORCE_RECOVERY, value, consumes=True),
+        p.RemoveAnnotation(names.ANN_FORCE_RECOVERY, value, consumes=True),
         p.Event("Warning", st.Reason.STALE_FORCE_RECOVERY.value,
                 f"force-recovery names generation {value!s}, but {why}: nothing touched"),
         p.Record(p.Metric.STALE_VERBS, (("verb", "force-recovery"),)),
@@ -94,7 +94,7 @@ def stale_force_recovery(o: obs.Observed, value: str, why: str) -> list[p.Action
 def stale_force_retire(value: str, why: str) -> list[p.Action]:
     """Refuse a force-retire annotation: remove it, say why, count it."""
     return [
-        p.RemoveAnnotation(mf.ANN_FORCE_RETIRE, value, consumes=True),
+        p.RemoveAnnotation(names.ANN_FORCE_RETIRE, value, consumes=True),
         p.Event("Warning", st.Reason.STALE_FORCE_RETIRE.value,
                 f"force-retire names generation {value!s}, but {why}: nothing touched"),
         p.Record(p.Metric.STALE_VERBS, (("verb", "force-retire"),)),

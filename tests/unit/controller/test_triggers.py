@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from baton import triggers
-from baton.cache import store, views
+from baton.cache import views
+from baton.model import names
 
 NS = "agents"
 SETTLE = triggers.CLAIM_SETTLE_SECONDS
@@ -21,7 +22,7 @@ def claim(name: str, runtime: str, *, generation: int = 1) -> dict[str, Any]:
 
 
 def lease(holder: str, runtime: str = "search") -> dict[str, Any]:
-    return obj(f"baton-{runtime}", labels={store.RUNTIME_LABEL: runtime}, spec={"holderIdentity": holder})
+    return obj(f"baton-{runtime}", labels={names.LABEL_RUNTIME: runtime}, spec={"holderIdentity": holder})
 
 
 @pytest.mark.parametrize(("old", "new", "wakes"), [
@@ -56,15 +57,15 @@ def test_a_claim_wakes_the_runtime_it_names(old: Any, new: Any, in_transition: b
 
 
 @pytest.mark.parametrize(("old", "new", "wakes"), [
-    (None, obj("search-pod", labels={store.RUNTIME_LABEL: "search"}), [((NS, "search"), 0.0)]),
+    (None, obj("search-pod", labels={names.LABEL_RUNTIME: "search"}), [((NS, "search"), 0.0)]),
     # Relabelled: the runtime it left and the one it joined.
-    (obj("p", labels={store.RUNTIME_LABEL: "search"}), obj("p", labels={store.RUNTIME_LABEL: "fetch"}),
+    (obj("p", labels={names.LABEL_RUNTIME: "search"}), obj("p", labels={names.LABEL_RUNTIME: "fetch"}),
      [((NS, "search"), 0.0), ((NS, "fetch"), 0.0)]),
-    (obj("p", labels={store.RUNTIME_LABEL: "search"}), None, [((NS, "search"), 0.0)]),
+    (obj("p", labels={names.LABEL_RUNTIME: "search"}), None, [((NS, "search"), 0.0)]),
     (None, obj("p", labels={"app": "search"}), []),
 ])
 def test_a_labelled_object_wakes_the_runtime_its_label_names(old: Any, new: Any, wakes: list[triggers.Wake]) -> None:
-    assert triggers.by_label(store.RUNTIME_LABEL)(old, new) == wakes
+    assert triggers.by_label(names.LABEL_RUNTIME)(old, new) == wakes
 
 
 @pytest.mark.parametrize(("old", "new", "wakes"), [
@@ -76,7 +77,7 @@ def test_a_labelled_object_wakes_the_runtime_its_label_names(old: Any, new: Any,
     (None, obj("other-lease"), []),  # not a runtime's
 ])
 def test_only_a_change_of_lease_holder_wakes_the_runtime(old: Any, new: Any, wakes: list[triggers.Wake]) -> None:
-    assert triggers.on_lease(store.RUNTIME_LABEL)(old, new) == wakes
+    assert triggers.on_lease(names.LABEL_RUNTIME)(old, new) == wakes
 
 
 def config(name: str, digest: str) -> dict[str, Any]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from baton import clock
 from baton.cache import snapshot, views
-from baton.lifecycle import manifests
+from baton.model import names
 
 from .. import builders
 
@@ -25,7 +25,7 @@ def snap(*, lease: dict[str, object] | None = None) -> snapshot.Snapshot:
 
 
 def lease_object(*, holder: str, token: int, rv: str = "20") -> dict[str, object]:
-    return {"kind": "Lease", "metadata": {"namespace": builders.NS, "name": manifests.lease_name(builders.RT),
+    return {"kind": "Lease", "metadata": {"namespace": builders.NS, "name": names.lease_name(builders.RT),
                                           "uid": "lease-uid", "resourceVersion": rv,
                                           "labels": {"baton.dev/runtime": builders.RT}},
             "spec": {"holderIdentity": holder, "leaseTransitions": token, "leaseDurationSeconds": 15}}

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
-from baton.model import status as st
+from baton.model import names, status as st
 
 from .. import builders as b
 from ..expect import Ev, Rec, Unannotate
@@ -16,7 +15,7 @@ from ..expect import Ev, Rec, Unannotate
 S, K, T, C = st.Step, st.TransitionKind, st.Trigger, st.ConditionType
 M = p.Metric
 NOW, at, name, uid = b.NOW, b.at, b.name, b.uid
-RESET, FORCE = mf.ANN_RESET, mf.ANN_FORCE_RECOVERY
+RESET, FORCE = names.ANN_RESET, names.ANN_FORCE_RECOVERY
 
 
 def started(kind: str) -> list[Any]:

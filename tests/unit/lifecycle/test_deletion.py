@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from baton.lifecycle import decide
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -53,7 +53,7 @@ DELETE = [
     case("delete-finalizing-removes-service-lease-finalizer",
          b.observed(deleting=True, status_=b.in_flight(DEL_FIN, gen=None), pods=(),
                     service=obs.ServiceInfo(exists=True), spec_=b.spec(service=True)),
-         [p.ConfirmNoPod(mf.pod_name(b.RT)), p.DeleteService(), p.DeleteLease(), p.RemoveFinalizer()], None),
+         [p.ConfirmNoPod(names.pod_name(b.RT)), p.DeleteService(), p.DeleteLease(), p.RemoveFinalizer()], None),
     case("delete-finalizing-stray-pod-retired-first",
          b.observed(deleting=True, status_=b.in_flight(DEL_FIN, gen=None), pods=(b.pod(9, serving=False),)),
          [WS({"transition.kind": "Delete", "transition.step": "StoppingAdmission", "transition.from_": 9,

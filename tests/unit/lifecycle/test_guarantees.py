@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from baton.lifecycle import conditions as conds
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import decide, transitions
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.unit
 S, K, T, C = st.Step, st.TransitionKind, st.Trigger, st.ConditionType
 M = p.Metric
 NOW, at, uid = b.NOW, b.at, b.uid
-RESET = mf.ANN_RESET
+RESET = names.ANN_RESET
 OLD_QUIET = b.pod(7, serving=False)
 
 

@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import decide
-from baton.model import observed as obs
+from baton.model import names, observed as obs
 
 from .. import builders as b
 from ..expect import WS, Ev, NewPod, Rec, case, check_decide, check_plan, step_time
@@ -104,7 +103,7 @@ RESUME: list[tuple[str, obs.Observed, list[Any], float | None]] = [
     ("Connecting", b.observed(status_=connecting(deadline=40.0), pods=(b.pending(8),), desired_hash=b.HASH2),
      [], 40.0),
     ("Finalizing", b.observed(status_=b.in_flight(DEL_FIN, gen=None), pods=(), deleting=True),
-     [p.ConfirmNoPod(mf.pod_name(b.RT)), p.DeleteLease(), p.RemoveFinalizer()], None),
+     [p.ConfirmNoPod(names.pod_name(b.RT)), p.DeleteLease(), p.RemoveFinalizer()], None),
 ]
 
 

@@ -12,11 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import pins as pn
 from baton.lifecycle import plan as p
 from baton.lifecycle import decide
 from baton.model import claims as cm
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.unit
 S, K, T, C = st.Step, st.TransitionKind, st.Trigger, st.ConditionType
 CS = cm.ClaimState
 NOW, at = b.NOW, b.at
-FORCE = mf.ANN_FORCE_RETIRE
+FORCE = names.ANN_FORCE_RETIRE
 
 
 def claim(name: str, state: CS, *, generation: int = 7, branch: str = "b", references: tuple[str, ...] = (),
@@ -64,8 +64,8 @@ def begin(kind: str, trigger: T) -> list[Any]:
 
 @pytest.mark.parametrize("o, expected", [
     pytest.param(changed(ELIGIBLE), begin("Handoff", T.TEMPLATE_CHANGED), id="template-change"),
-    pytest.param(b.observed(claims=(ELIGIBLE,), annotations={mf.ANN_RESET: "7"}),
-                 begin("Handoff", T.RESET) + [Unannotate(mf.ANN_RESET, "7")], id="reset"),
+    pytest.param(b.observed(claims=(ELIGIBLE,), annotations={names.ANN_RESET: "7"}),
+                 begin("Handoff", T.RESET) + [Unannotate(names.ANN_RESET, "7")], id="reset"),
     pytest.param(b.observed(claims=(ELIGIBLE,), spec_=b.spec(suspend=True)), begin("Retire", T.SUSPENDED), id="suspend"),
     pytest.param(b.observed(claims=(ELIGIBLE,), deleting=True), begin("Delete", T.DELETED), id="deletion"),
 ])
@@ -236,7 +236,7 @@ claims_strategy = hs.lists(
     max_size=6, unique_by=lambda c: c.name)
 TRIGGERS = {
     "template": dict(desired_hash=b.HASH2),
-    "reset": dict(annotations={mf.ANN_RESET: "7"}),
+    "reset": dict(annotations={names.ANN_RESET: "7"}),
     "suspend": dict(spec_=b.spec(suspend=True)),
     "delete": dict(deleting=True),
 }

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import decide
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import spec as sp
 from baton.model import status as st
@@ -74,10 +74,10 @@ CASES = [
          [p.ReleaseLease()], None),
     case("manual-reset-naming-the-current-generation-hands-off",
          b.observed(spec_=spec(P.MANUAL), status_=waiting(P.MANUAL), desired_hash=b.HASH2,
-                    annotations={mf.ANN_RESET: "7"}),
+                    annotations={names.ANN_RESET: "7"}),
          [WS({**BEGIN_HANDOFF, **TAKEN_UP, "transition.trigger": T.RESET}),
           Ev("Normal", "TransitionStarted"), p.Record(p.Metric.TRANSITIONS, (("kind", "Handoff"),)), FLIP,
-          Unannotate(mf.ANN_RESET, "7")], 0),
+          Unannotate(names.ANN_RESET, "7")], 0),
     case("manual-suspend-is-not-delayed",
          b.observed(spec_=spec(P.MANUAL, suspend=True), status_=waiting(P.MANUAL), desired_hash=b.HASH2),
          [WS({"transition.kind": K.RETIRE, "transition.trigger": T.SUSPENDED, **TAKEN_UP}),

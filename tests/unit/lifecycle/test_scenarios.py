@@ -8,6 +8,7 @@ import pytest
 
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import decide
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -76,7 +77,7 @@ def test_scenario_delete_mid_handoff_finalizes_without_creating() -> None:
     kinds += drive(w, at(5))
     assert not any("CreatePod" in k for k in kinds)
     assert kinds[-1] == ["ConfirmNoPod", "DeleteService", "DeleteLease", "RemoveFinalizer"]
-    assert w.service_deleted and w.lease_deleted and mf.FINALIZER not in w.o.finalizers
+    assert w.service_deleted and w.lease_deleted and names.FINALIZER not in w.o.finalizers
 
 
 def test_scenario_cleanup_failure_held_until_force_recovery() -> None:
