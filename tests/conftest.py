@@ -138,6 +138,27 @@ def namespace(cluster: Cluster, _namespace_reaper: list[str],
     yield from _fresh_namespace(cluster, _namespace_reaper, request)
 
 
+@pytest.fixture
+def make_namespace(cluster: Cluster, _namespace_reaper: list[str],
+                   request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
+    """Factory: one more fresh namespace per call, labelled and reaped as `namespace` is (its
+    pods force-deleted, its deletion requested; finalizers still left are stripped at the end)."""
+    core = client.CoreV1Api(cluster.api_client)
+    made: list[str] = []
+
+    def make() -> str:
+        name = _namespace_name(request.node.name)
+        core.create_namespace({"metadata": {"name": name, "labels": {"baton.dev/test": "true"}}})
+        made.append(name)
+        wait_for(lambda: _has_default_sa(core, name), timeout=30, what=f"ServiceAccount {name}/default")
+        return name
+
+    yield make
+    for name in made:
+        if _request_deletion(cluster, name):
+            _namespace_reaper.append(name)
+
+
 def _fresh_namespace(cluster: Cluster, reaper: list[str],
                      request: pytest.FixtureRequest) -> Iterator[str]:
     core = client.CoreV1Api(cluster.api_client)

@@ -5,33 +5,13 @@ the informer used to resume from the same resourceVersion and replay that line f
 700 KB ConfigMap, ToolRuntime or pod froze its view for every runtime the operator watched."""
 from __future__ import annotations
 
-import uuid
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from harness import operator, runtimes
 
 Start = Callable[..., operator.OperatorProcess]
-
-
-@pytest.fixture
-def other_namespace(cluster: Any) -> Iterator[str]:
-    core = client.CoreV1Api(cluster.api_client)
-    name = f"baton-big-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"baton.dev/test": "true"}}})
-    yield name
-    custom = client.CustomObjectsApi(cluster.api_client)
-    for rt in custom.list_namespaced_custom_object(runtimes.GROUP, runtimes.VERSION, name, runtimes.PLURAL)["items"]:
-        custom.patch_namespaced_custom_object(runtimes.GROUP, runtimes.VERSION, name, runtimes.PLURAL,
-                                              rt["metadata"]["name"], {"metadata": {"finalizers": None}})
-    try:
-        core.delete_namespace(name)
-    except ApiException as e:
-        if e.status != 404:
-            raise
 
 
 def _referencing(name: str, configmap: str) -> dict[str, Any]:
@@ -42,8 +22,8 @@ def _referencing(name: str, configmap: str) -> dict[str, Any]:
 
 
 def test_a_700kb_configmap_and_a_600kb_runtime_freeze_no_view(
-        cluster: Any, operators: Start, namespace: str, other_namespace: str) -> None:
-    big_ns, small_ns = other_namespace, namespace
+        cluster: Any, operators: Start, namespace: str, make_namespace: Callable[[], str]) -> None:
+    big_ns, small_ns = make_namespace(), namespace
     core = client.CoreV1Api(cluster.api_client)
     big_rts, small_rts = runtimes.Runtimes(cluster.api_client, big_ns), runtimes.Runtimes(cluster.api_client, small_ns)
     operators("op-a", namespaces=[big_ns, small_ns])

@@ -7,41 +7,21 @@ Nothing can start a generation there either (pod creates are refused for everyon
 deletion finishes without the Lease."""
 from __future__ import annotations
 
-import uuid
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
-import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from dev.wait import wait_for
 from harness.operator import OperatorProcess
-from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, runtime_manifest
+from harness.runtimes import Runtimes, runtime_manifest
 
 Start = Callable[..., OperatorProcess]
 
 
-@pytest.fixture
-def doomed_namespace(cluster: Any) -> Iterator[str]:
-    core = client.CoreV1Api(cluster.api_client)
-    name = f"baton-doomed-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"baton.dev/test": "true"}}})
-    yield name
-    # Only if the test failed: release what is left so the namespace can go.
-    custom = client.CustomObjectsApi(cluster.api_client)
-    try:
-        for rt in custom.list_namespaced_custom_object(GROUP, VERSION, name, PLURAL)["items"]:
-            custom.patch_namespaced_custom_object(GROUP, VERSION, name, PLURAL, rt["metadata"]["name"],
-                                                  {"metadata": {"finalizers": None}})
-        core.delete_namespace(name)
-    except ApiException as e:
-        if e.status != 404:
-            raise
-
-
 def test_deleting_a_namespace_with_running_runtimes_finishes_and_leaves_nothing(
-        cluster: Any, operators: Start, doomed_namespace: str) -> None:
-    ns = doomed_namespace
+        cluster: Any, operators: Start, make_namespace: Callable[[], str]) -> None:
+    ns = make_namespace()
     rts = Runtimes(cluster.api_client, ns)
     op = operators("op-a", namespaces=[ns])
     budgets = {"drainSeconds": 2, "terminationGraceSeconds": 1, "cleanupSeconds": 10}
