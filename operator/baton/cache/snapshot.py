@@ -223,8 +223,11 @@ async def read_snapshot(
     endpoints_listed: bool | None = None
     t = status.transition
     if t is not None and t.step == status_mod.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
-        endpoints_listed = services.endpoints_list_pod_ready(
+        # Before the EndpointSlice view is listed, an empty view proves nothing: stop admission
+        # waits (within drainSeconds) instead of taking "no slice lists it" for an answer.
+        endpoints_listed = (services.endpoints_list_pod_ready(
             views.slices.by_label(namespace, name), t.from_uid, t.from_pod or "")
+            if views.known(views.slices, namespace) else True)
     observed = observed_mod.Observed(
         namespace=namespace,
         name=name,

@@ -119,19 +119,23 @@ class Views:
         self.apply(stored, "ToolRuntime")
         return stored
 
+    def known(self, store: store_mod.Store, namespace: str) -> bool:
+        """Whether `store`'s view of `namespace` is filled: listed by every informer that feeds it,
+        none of them forbidden. Until then an empty view says nothing."""
+        informers = [i for i in self.informers if i.store is store and i.namespace in (None, namespace)]
+        return bool(informers) and all(i.synced.is_set() and i.forbidden is None for i in informers)
+
     def claims_known(self, namespace: str) -> bool:
         """Whether the claims view of `namespace` is filled (listed, not forbidden): until it is,
         a retire cannot tell whether a claim pins its generation."""
-        informers = [i for i in self.informers if i.store is self.claims and i.namespace in (None, namespace)]
-        return bool(informers) and all(i.synced.is_set() and i.forbidden is None for i in informers)
+        return self.known(self.claims, namespace)
 
     def config_lookup(self, kind: str, namespace: str, name: str) -> str | None:
         """A referenced object's digest from the view, ABSENT, or None (no view: read it)."""
         store = self.configmaps if kind == "ConfigMap" else self.secrets
         if store is None:
             return None
-        informers = [i for i in self.informers if i.store is store and i.namespace in (None, namespace)]
-        if not informers or not all(i.synced.is_set() and i.forbidden is None for i in informers):
+        if not self.known(store, namespace):
             return None
         obj = store.get(namespace, name)
         return configrefs.ABSENT if obj is None else str(obj["digest"])

@@ -213,3 +213,24 @@ def test_tombstones_are_forgotten_after_their_time_and_meanwhile_keep_late_repli
     assert not store.apply({"metadata": {**obj["metadata"], "resourceVersion": "7"}}), "a late reply stays out"
     now[0] += store_mod.TOMBSTONE_SECONDS + 1
     assert store.tombstones() == 0
+
+
+def test_a_view_is_known_only_once_every_informer_feeding_it_listed_and_none_is_forbidden() -> None:
+    from baton.cache import informer as informer_mod
+    from baton.cache import views as views_mod
+
+    async def run() -> list[bool]:
+        v = views_mod.Views(namespaces=("a", "b"), watch_configmaps=False, watch_secrets=False)
+        seen = [v.known(v.slices, "a")]  # no informer at all: nothing known
+        for ns in ("a", "b"):
+            v.informers.append(informer_mod.Informer(
+                None, kind="EndpointSlice", group_version="discovery.k8s.io/v1",  # type: ignore[arg-type]
+                plural="endpointslices", namespace=ns, store=v.slices))
+        seen.append(v.known(v.slices, "a"))  # not listed yet
+        v.informers[0].synced.set()
+        seen += [v.known(v.slices, "a"), v.known(v.slices, "b")]
+        v.informers[0].forbidden = "403"
+        seen.append(v.known(v.slices, "a"))
+        return seen
+
+    assert asyncio.run(run()) == [False, False, True, False, False]
