@@ -26,6 +26,8 @@ from baton.model import spec as spec_model
 log = logging.getLogger("baton.drainprobe")
 
 MAX_RESPONSE_BYTES = 4096
+# Pod IPs whose refusal (outside the allowed CIDRs) was already logged; a bound, not a history.
+REFUSED_IPS_REMEMBERED = 1024
 _STATUS_LINE = re.compile(rb"^HTTP/1\.[01] (\d{3})(?: .*)?\r?\n$")
 # The CRD admits only paths that start with "/" and hold no whitespace; checked again here,
 # because a request line is built from it.
@@ -98,7 +100,9 @@ class Prober:
         except ValueError:
             return self._error("no-ip", f"pod IP {ip!r} is not an address")
         if not any(addr in net for net in self.allowed):
-            if ip not in self._refused_ips:  # said once per IP
+            if ip not in self._refused_ips:  # said once per IP (forgotten past a bound: pod IPs churn)
+                if len(self._refused_ips) >= REFUSED_IPS_REMEMBERED:
+                    self._refused_ips.clear()
                 self._refused_ips.add(ip)
                 log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip)
             return self._error("outside-cidrs", f"pod IP {ip} is outside the allowed CIDRs")

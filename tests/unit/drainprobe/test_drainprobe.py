@@ -172,3 +172,12 @@ def test_an_unexpected_failure_inside_the_probe_is_reported_not_raised(monkeypat
     prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
     result = asyncio.run(prober.probe(pod=pod(), probe=probe_spec(8080)))
     assert result == drainprobe.Result(idle=False, error="RuntimeError: boom")
+
+
+def test_the_refused_ips_it_remembers_are_bounded() -> None:
+    prober = drainprobe.Prober(allowed=(ipaddress.ip_network("10.0.0.0/8"),), concurrency=1)
+    for i in range(drainprobe.REFUSED_IPS_REMEMBERED + 10):
+        ip = f"127.0.{i // 250}.{i % 250 + 1}"
+        result = asyncio.run(prober.probe(pod=pod(ip), probe=probe_spec(9)))
+        assert not result.idle and "outside the allowed CIDRs" in (result.error or "")
+    assert len(prober._refused_ips) <= drainprobe.REFUSED_IPS_REMEMBERED
