@@ -34,6 +34,16 @@ ANN_RESET = "baton.dev/reset"
 ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
 ANN_FORCE_RETIRE = "baton.dev/force-retire"
 
+# The gateway (DESIGN.md, "Gateway"): each replica holds a Lease in the system namespace, labelled
+# LABEL_COMPONENT=COMPONENT_GATEWAY (never LABEL_RUNTIME), renewed while it lives; the annotation
+# carries its admin address (host:port) where the operator seals admission and reads in-flight counts.
+LABEL_COMPONENT = "baton.dev/component"
+COMPONENT_GATEWAY = "gateway"
+ANN_GATEWAY_ADMIN = "baton.dev/gateway-admin"
+# Response headers the gateway adds.
+HEADER_GENERATION = "Baton-Generation"
+HEADER_REASON = "Baton-Reason"
+
 # Events' reportingComponent.
 REPORTING_COMPONENT = "baton.dev/operator"
 
@@ -46,3 +56,9 @@ def pod_name(runtime: str) -> str:
 
 def lease_name(runtime: str) -> str:
     return f"baton-{runtime}"
+
+
+def gateway_lease_name(instance: str) -> str:
+    """A gateway replica's registration Lease. The dot keeps it apart from every runtime's Lease
+    (lease_name): a runtime's name is a DNS label (its Service's name), so it has no dot."""
+    return f"baton-gateway.{instance}"

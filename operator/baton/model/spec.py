@@ -31,6 +31,7 @@ class Budgets(base.Model):
     cleanup_seconds: int = 60
     pending_seconds: int = 600  # WhenIdle: longest wait for idle before handing off anyway
     pin_seconds: int = 600  # longest wait for pins to resolve before RetirementBlocked
+    admission_seconds: int = 30  # gateway only: longest wait of one held call for a serving generation
 
 
 class ServicePort(base.Model):
@@ -43,6 +44,7 @@ class ServicePort(base.Model):
 class ServiceSpec(base.Model):
     ports: tuple[ServicePort, ...]
     session_affinity: str = "ClientIP"
+    gateway: bool = False  # routed through the Baton gateway (DESIGN.md, "Gateway")
 
 
 class HttpGet(base.Model):
