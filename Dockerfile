@@ -27,12 +27,11 @@ RUN sh /src/hack/image-install.sh /opt/baton /src
 # --- final: the venv on the same slim base; nothing built or installed here ----------------
 FROM ${PYTHON_IMAGE}
 # The operator's version (pyproject.toml; a test checks they agree), the commit it was built
-# from, where that commit lives, and the licence (no licence file in the repository yet:
-# NOASSERTION until its owners choose one).
+# from, where that commit lives, and the licence (LICENSE: Apache-2.0).
 ARG VERSION=0.1.0
 ARG REVISION=""
 ARG SOURCE=""
-ARG LICENSES=NOASSERTION
+ARG LICENSES=Apache-2.0
 LABEL org.opencontainers.image.title="baton" \
       org.opencontainers.image.description="Kubernetes operator: tool-runtime generations, one at a time" \
       org.opencontainers.image.version="${VERSION}" \
