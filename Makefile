@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos chaos-summary model-check mutations
+.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos chaos-summary model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -29,13 +29,17 @@ venv: $(VENV_STAMP) ## the Python venv in .venv (operator, test tools, kubectl),
 tools: ## build the pinned etcd, kube-*, kwok, helm, promtool, prometheus into ~/.cache/baton (once)
 	@bin="$$(bash hack/build-tools.sh)" && echo "tools: $$bin" >&2
 
-cluster-up: $(PY_DEPS) tools ## start the local control plane; prints $(CLUSTER_DIR)/kubeconfig
+# The control plane's set only (no Prometheus, no kind route): what cluster-up and demo run on.
+tools-control-plane: ## only the control plane set of `make tools` (what cluster-up, demo and kind-up need; no Prometheus)
+	@bash hack/build-tools.sh --only control-plane
+
+cluster-up: $(PY_DEPS) tools-control-plane ## start the local control plane; prints $(CLUSTER_DIR)/kubeconfig
 	@$(PY) hack/cluster.py up --dir $(CLUSTER_DIR)
 
 cluster-down: ## stop the local control plane started by cluster-up
 	@python3 hack/cluster.py down --dir $(CLUSTER_DIR)
 
-kind-up: $(PY_DEPS) tools ## a one-node kind cluster with podman (root; builds once into ~/.cache/baton); prints $(CLUSTER_DIR)/kind-kubeconfig
+kind-up: $(PY_DEPS) tools-control-plane ## a one-node kind cluster with podman (root; builds once into ~/.cache/baton); prints $(CLUSTER_DIR)/kind-kubeconfig
 	@$(PY) hack/kind.py up --dir $(CLUSTER_DIR)
 
 kind-down: ## delete the kind cluster and undo every host change kind-up made (network, iptables, ip_forward, /lib/modules)
@@ -50,7 +54,7 @@ kind-build: $(PY_DEPS) ## build the kind route's tools and images (cached) where
 lint: $(PY_DEPS) ## mypy (strict) and import-linter layering contracts
 	PY=$(PY) bash hack/lint.sh
 
-demo: $(PY_DEPS) tools ## Baton end to end on a throwaway local plane (handoff, stuck pod, force recovery)
+demo: $(PY_DEPS) tools-control-plane ## Baton end to end on a throwaway local plane (handoff, stuck pod, force recovery)
 	$(PY) -m hack.demo
 
 bench: $(PY_DEPS) tools ## handoff latency beside a Recreate Deployment (prints p50/p95 and the ratio)
