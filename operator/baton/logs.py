@@ -30,6 +30,8 @@ def formatter() -> logging.Formatter:
         rename_fields={"levelname": "severity", "name": "logger", "k8s_ref": REFKEY, "exc_info": "exception"},
         reserved_attrs=[*pjl_core.RESERVED_ATTRS, *_KOPF_INTERNAL],
         timestamp=True,
+        # Messages such as "g1 → g2" read as written, not as \u2192 (JSON is UTF-8 anyway).
+        json_ensure_ascii=False,
     )
 
 

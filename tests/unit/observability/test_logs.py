@@ -99,3 +99,10 @@ def test_kopf_follows_debug_and_otherwise_keeps_only_warnings(captured: io.Strin
     logging.getLogger("kopf.reactor").info("dropped")
     logging.getLogger("baton").info("kept")
     assert [r["message"] for r in _lines(captured)] == ["kept"]
+
+
+def test_non_ascii_messages_are_written_as_they_read_not_escaped(captured: io.StringIO) -> None:
+    logging.getLogger("baton").info("handoff g1 → g2")
+    raw = captured.getvalue()
+    assert "g1 → g2" in raw and "\\u2192" not in raw
+    assert _lines(captured)[-1]["message"] == "handoff g1 → g2"
