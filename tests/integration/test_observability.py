@@ -83,8 +83,11 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
         assert {s: per[(cond, s)] for s in ("true", "false", "unknown")} == {
             s: (1.0 if s == hot else 0.0) for s in ("true", "false", "unknown")}, cond
     # The transition that started generation 1 was counted, without a label naming the replica.
-    [began] = [s for s in fams["baton_transitions"].samples if s.name == "baton_transitions_total"]
-    assert set(began.labels) == {"kind"} and began.value >= 1
+    # (Every kind has a series from the start, 0 until its first transition.)
+    began = [s for s in fams["baton_transitions"].samples if s.name == "baton_transitions_total"]
+    assert all(set(s.labels) == {"kind"} for s in began)
+    assert {s.labels["kind"] for s in began} == {"Create", "Handoff", "Retire", "Delete"}
+    assert sum(s.value for s in began if s.labels["kind"] == "Create") >= 1
 
     status, headers, body = _get(base, {"Accept-Encoding": "gzip"})
     assert headers.get("Content-Encoding") == "gzip"

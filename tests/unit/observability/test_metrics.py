@@ -155,3 +155,17 @@ def test_http_endpoints(same_port: bool) -> None:
 def test_version_flag_matches_build_info() -> None:
     res = subprocess.run([sys.executable, "-m", "baton", "--version"], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout, res.stderr) == (0, f"baton {baton.version()}\n", "")
+
+
+def test_no_created_series_and_every_known_label_value_has_a_series_from_the_start() -> None:
+    import prometheus_client as pc
+
+    text = pc.generate_latest(metrics.REGISTRY).decode()
+    assert "_created" not in text
+    for outcome in ("Retired", "Reset", "ForceRecovered", "ConnectTimeout", "Suspended", "Deleted", "Lost", "Orphaned"):
+        assert f'baton_handoffs_total{{outcome="{outcome}"}}' in text
+    for kind in ("Create", "Handoff", "Retire", "Delete"):
+        assert f'baton_transitions_total{{kind="{kind}"}}' in text
+    for verb in ("reset", "force-recovery", "force-retire"):
+        assert f'baton_stale_verbs_total{{verb="{verb}"}}' in text
+    assert 'baton_cleanup_failures_total{reason="PodStuckTerminating"}' in text
