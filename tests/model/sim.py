@@ -737,6 +737,14 @@ class Replica:
             plural="toolruntimeclaims", namespace=NS, store=self.views.claims)
         self.claims_informer.synced.set()
         self.views.informers.append(self.claims_informer)
+        # EndpointSlices are not simulated: a listed, empty view, as if the EndpointSlice
+        # controller dropped a pod the moment it stops serving. (Unlisted, every retire waited
+        # out drainSeconds in StoppingAdmission and the model never reached Draining or a probe.)
+        slices = informer.Informer(
+            FakeApi(self.server), kind="EndpointSlice", group_version="discovery.k8s.io/v1",
+            plural="endpointslices", namespace=NS, store=self.views.slices)
+        slices.synced.set()
+        self.views.informers.append(slices)
         self.woken = False
         self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views,
                                          clock=self.clock, faults=faults_mod.Faults())
