@@ -136,7 +136,7 @@ class Probes:
                     self._slots.release()
         finally:
             flight = self._flights.get(key)
-            if flight is not None and flight.ask == ask:
+            if flight is not None and flight.task is asyncio.current_task():
                 del self._flights[key]
         # Not reached when cancelled (forgotten, replaced, shutting down): nothing stored, no wake.
         self._answers[key] = Answer(ask, result, self.clock.monotonic(), self.clock.wall())
