@@ -9,6 +9,8 @@ never left to expire in the queue), and hands it back with its wait as a wake-up
 One runtime's passes are strictly sequential (the queue never gives a key to two workers);
 across processes they are serialized by the runtime's Lease. The controller knows keys and
 Results only: what a pass's Result means for the queue is decided in one place, `_turn`.
+Drain probes are a component of their own (baton.probing.Probes, owned here): a pass starts the
+probe it needs and returns; the answer wakes the runtime, so a probe never holds a worker.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from typing import Any, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, metrics, reconcile, triggers
+from baton import drainprobe, execute, metrics, probing, reconcile, triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
@@ -44,11 +46,15 @@ class Controller:
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views, clock=clock, faults=faults)
         self.configs = triggers.ConfigIndex()
+        # Drain probes run apart from the workers: a tool that hangs holds a probe slot of its
+        # own runtime, never a worker every runtime needs.
+        self.probes = probing.Probes(
+            prober=drainprobe.Prober(allowed=settings.probe_allowed), concurrency=settings.probe_concurrency,
+            clock=clock, wake=lambda key: self.wake(*key))
         self.reconciler = reconcile.Reconciler(
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
-            prober=drainprobe.Prober(allowed=settings.probe_allowed, concurrency=settings.probe_concurrency),
-            clock=clock, configs=self.configs,
+            probes=self.probes, clock=clock, configs=self.configs,
         )
         held = self.executor.leases.held
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes
@@ -186,6 +192,7 @@ class Controller:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.probes.close()
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))
         await self.executor.leases.release_all()

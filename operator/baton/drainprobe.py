@@ -7,8 +7,9 @@ The rules (docs/design.md, "Pods and Service"), each because a tool may misbehav
   bytes holds nothing longer than that;
 - it reads at most MAX_RESPONSE_BYTES (the status line is all it needs);
 - any error counts as "not idle" and is returned as text for the transition's message;
-- it runs on the event loop (no thread per probe), at most `concurrency` at once, apart from
-  the Lease renewals; only the Lease holder calls it (baton.probing checks).
+- it runs on the event loop (no thread per probe), apart from the Lease renewals and outside
+  the controller's workers: baton.probing's Probes runner calls it, at most
+  BATON_PROBE_CONCURRENCY at once and one per runtime, and only for the Lease holder.
 """
 
 from __future__ import annotations
@@ -70,22 +71,22 @@ class Prober:
         self,
         *,
         allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
-        concurrency: int,
     ) -> None:
         self.allowed = allowed
-        self._slots = asyncio.Semaphore(concurrency)
         self._refused_ips: set[str] = set()
 
-    async def probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe) -> Result:
+    async def probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe, timeout: float | None = None) -> Result:
+        """One GET, over within `timeout` seconds (timeoutSeconds when None; the runner passes less
+        when the drain or pending budget ends sooner)."""
         # Whatever a tenant wrote or a tool answers, a probe ends as "not idle" with a reason:
         # an exception here would escape before decide() and wedge the transition.
         try:
-            return await self._probe(pod=pod, probe=probe)
+            return await self._probe(pod=pod, probe=probe, timeout=probe.timeout_seconds if timeout is None else timeout)
         except Exception as exc:  # noqa: BLE001 - every failure is a reported "not idle"
             log.warning("drain probe failed unexpectedly: %s: %s", type(exc).__name__, exc)
             return self._error("error", f"{type(exc).__name__}: {exc}"[:200])
 
-    async def _probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe) -> Result:
+    async def _probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe, timeout: float) -> Result:
         ip = (pod.get("status") or {}).get("podIP")
         port = resolve_port(pod, probe.http_get.port)
         path = probe.http_get.path
@@ -107,11 +108,12 @@ class Prober:
                 log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip)
             return self._error("outside-cidrs", f"pod IP {ip} is outside the allowed CIDRs")
         try:
-            # The deadline includes waiting for a slot: a probe never takes longer than asked.
-            async with asyncio.timeout(probe.timeout_seconds):
-                async with self._slots:
-                    return await self._get(addr, port, path)
+            async with asyncio.timeout(timeout):
+                return await self._get(addr, port, path)
         except TimeoutError:
+            if timeout < probe.timeout_seconds:
+                return self._error("timeout", f"no status line within {timeout:.1f}s (the rest of the budget; "
+                                              f"timeoutSeconds={probe.timeout_seconds})")
             return self._error("timeout", f"no status line within timeoutSeconds={probe.timeout_seconds}")
         except (OSError, ValueError, OverflowError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             return self._error("connection", f"{type(exc).__name__}: {exc}"[:200])

@@ -1,5 +1,6 @@
-"""One pass of one runtime: memory → snapshot → probes → decide → execute → Result. Does I/O
-(through baton.cache, baton.execute and the prober).
+"""One pass of one runtime: memory → snapshot → probe answers → decide → execute → Result. Does
+I/O (through baton.cache and baton.execute; probes it needs are started on the Probes runner,
+never waited for).
 
 The pass knows one runtime and returns what the queue should do as a Result; it never imports
 the controller (`wake` is a parameter). What the run of a plan learnt comes back as an Outcome
@@ -69,14 +70,14 @@ class Result:
 class Reconciler:
     def __init__(
         self, *, identity: str, lease_seconds: int, backoff_base_seconds: float, views: views_mod.Views,
-        executor: execute.Executor, prober: probing.Prober, clock: clock_mod.Clock, configs: triggers.ConfigIndex,
+        executor: execute.Executor, probes: probing.Probes, clock: clock_mod.Clock, configs: triggers.ConfigIndex,
     ) -> None:
         self.identity = identity
         self.lease_seconds = lease_seconds
         self.backoff_base_seconds = backoff_base_seconds
         self.views = views
         self.executor = executor
-        self.prober = prober
+        self.probes = probes
         self.clock = clock
         self.configs = configs
         self.memories: dict[Key, Memory] = {}
@@ -110,7 +111,8 @@ class Reconciler:
             return None
         o = snap.observed
         self.configs.update(key, [] if o.spec_error else manifests.config_refs(o.spec.template))
-        snap.observed = o = await probing.observe(snap, prober=self.prober, holds=leases.holds(key), clock=self.clock)
+        # Never waits for a probe: a due one is started apart, its answer wakes the runtime again.
+        snap.observed = o = probing.observe(snap, key=key, probes=self.probes, holds=leases.holds(key), clock=self.clock)
         memory.idle_checked_at = o.idle_checked_at
         t = o.status.transition
         b = o.spec.budgets
@@ -148,6 +150,7 @@ class Reconciler:
 
     def forget(self, key: Key) -> None:
         self.executor.leases.drop(key)
+        self.probes.forget(key)
         self.memories.pop(key, None)
         self.last_status.pop(key, None)
         self.configs.update(key, [])

@@ -6,6 +6,7 @@ tools that misbehave against it:
 
 - ``SlowTrickle``: answers one byte per ``interval`` (1 s), starting with the status line, and
   never ends (until stopped or ``max_seconds``): only a total deadline gets rid of it;
+- ``Hang``: accepts, reads the request and never answers: the probe's deadline ends it;
 - ``Garbage``: answers bytes that are not HTTP, then closes;
 - ``Redirect``: answers ``302`` with ``Location`` at another loopback address (a ``Canary``);
 - ``Canary``: records every connection it receives and answers 200 (so a probe that followed a
@@ -249,6 +250,20 @@ class SlowTrickle(_Server):
             self._stop.wait(self.interval)
 
 
+class Hang(_Server):
+    """Accepts, reads the request, and never answers (until the peer goes, stop() or
+    max_seconds): only the probe's own deadline ends it."""
+
+    def serve(self, sock: socket.socket, conn: Connection) -> None:
+        self._read_request(sock, conn)
+        end = conn.accepted + self.max_seconds
+        while not self._stop.is_set() and time.monotonic() < end:
+            if self._peer_gone(sock):
+                self._mark(conn, peer_closed=True)
+                return
+            self._stop.wait(0.2)
+
+
 class Garbage(_Server):
     """Answers `payload` (not HTTP) and closes."""
 
@@ -320,6 +335,12 @@ class IdleAfter(_Server):
 
 def slow_trickle(host: str, port: int, *, interval: float = 1.0) -> SlowTrickle:
     s = SlowTrickle(host, port, interval=interval)
+    s.start()
+    return s
+
+
+def hang(host: str, port: int) -> Hang:
+    s = Hang(host, port)
     s.start()
     return s
 

@@ -10,7 +10,8 @@ compare-and-swap, the JSON-patch test on annotations). What is simulated: the tr
 ``baton.k8s.client`` (``FakeApi``), which hands each request to ``Server``: objects with
 resourceVersions and UIDs, name uniqueness, compare-and-swap, the CRD's CEL fence, grace periods
 and finalizers, a kubelet, watches that can lag, requests held back and delivered later; the
-drain probe's answer (``ToolProber``). Time is simulated (``Clock``, injected into the pass);
+drain probe's answer (``ToolProber``, run by the real ``baton.probing.Probes``: it answers
+once the pass that started it is done, and its wake-up makes the replica pass again). Time is simulated (``Clock``, injected into the pass);
 nothing sleeps.
 
 The server also checks the invariants that are about what it accepts (``Server.violations``):
@@ -28,7 +29,7 @@ from typing import Any, Callable
 import pydantic
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, reconcile, triggers
+from baton import drainprobe, execute, probing, reconcile, triggers
 from baton import faults as faults_mod
 from baton.cache import informer
 from baton.cache import snapshot
@@ -693,7 +694,7 @@ class ToolProber:
     def __init__(self, server: Server) -> None:
         self.server = server
 
-    async def probe(self, *, pod: dict[str, Any], probe: Any) -> drainprobe.Result:
+    async def probe(self, *, pod: dict[str, Any], probe: Any, timeout: float | None = None) -> drainprobe.Result:
         idle = not self.server.tool_busy
         return drainprobe.Result(idle=idle, error=None if idle else "HTTP 503")
 
@@ -736,12 +737,26 @@ class Replica:
             plural="toolruntimeclaims", namespace=NS, store=self.views.claims)
         self.claims_informer.synced.set()
         self.views.informers.append(self.claims_informer)
+        # EndpointSlices are not simulated: a listed, empty view, as if the EndpointSlice
+        # controller dropped a pod the moment it stops serving. (Unlisted, every retire waited
+        # out drainSeconds in StoppingAdmission and the model never reached Draining or a probe.)
+        slices = informer.Informer(
+            FakeApi(self.server), kind="EndpointSlice", group_version="discovery.k8s.io/v1",
+            plural="endpointslices", namespace=NS, store=self.views.slices)
+        slices.synced.set()
+        self.views.informers.append(slices)
         self.woken = False
         self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views,
                                          clock=self.clock, faults=faults_mod.Faults())
+        # The real probe runner: a pass starts the probe it needs and decides without its answer;
+        # the answer comes when the pass's coroutine is done (`_run` lets it), and its wake-up
+        # makes this replica pass again at once, as the controller's queue would.
+        self.probe_woken = False
+        self.probes = probing.Probes(prober=ToolProber(self.server), concurrency=64, clock=self.clock,
+                                     wake=self._probe_answered)
         self.reconciler = reconcile.Reconciler(
             identity=self.identity, lease_seconds=LEASE_SECONDS, backoff_base_seconds=5.0, views=self.views,
-            executor=self.executor, prober=ToolProber(self.server), clock=self.clock, configs=triggers.ConfigIndex())
+            executor=self.executor, probes=self.probes, clock=self.clock, configs=triggers.ConfigIndex())
         self.cursor = 0
         self.lagging = False
         # One watch stream behind the others (each kind is its own stream in a cluster): its
@@ -787,6 +802,8 @@ class Replica:
         self.server.sender = self.identity
         try:
             answer = LOOP.run_until_complete(coro)
+            if self.probes.flights:
+                LOOP.run_until_complete(self.probes.settle())
             # The executor posts events from a task of its own: let it post this call's (most
             # calls post none, and a loop pass per call was a tenth of the model's time).
             if self.executor.events.sending():
@@ -825,11 +842,15 @@ class Replica:
         result: reconcile.Result = self._run(self.reconciler.act(snap, planned, wake=self.wake))
         # Woken (a write refused for a stale resourceVersion, the runtime read again): decide
         # again at once, as the controller's queue would.
-        self.last_wait = 1.0 if result.failed else (0.0 if self.woken else result.wait)
+        self.last_wait = 1.0 if result.failed else (0.0 if self.woken or self.probe_woken else result.wait)
+        self.probe_woken = False
         return not result.failed
 
     def wake(self) -> None:
         self.woken = True
+
+    def _probe_answered(self, key: tuple[str, str]) -> None:
+        self.probe_woken = True
 
     def step(self) -> plan.Plan | None:
         """One pass; None when the runtime is gone."""

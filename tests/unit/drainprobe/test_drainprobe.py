@@ -42,7 +42,7 @@ def answer(raw: bytes) -> Handler:
 async def run_probe(handler: Handler, *, path: str = "/idle", timeout: int = 1,
                     prober: drainprobe.Prober | None = None) -> tuple[drainprobe.Result, float]:
     server, port = await serve(handler)
-    prober = prober or drainprobe.Prober(allowed=LOOP, concurrency=4)
+    prober = prober or drainprobe.Prober(allowed=LOOP)
     try:
         t0 = time.monotonic()
         result = await prober.probe(pod=pod(), probe=probe_spec(port, path, timeout))
@@ -109,23 +109,23 @@ def test_bad_path_and_addresses_are_refused_before_dialling() -> None:
     for path in ("idle", "/a b", "/x\r\nHost: evil"):
         result, _ = asyncio.run(run_probe(never, path=path))
         assert not result.idle and "must start with /" in (result.error or ""), path
-    prober = drainprobe.Prober(allowed=(ipaddress.ip_network("10.0.0.0/8"),), concurrency=1)
+    prober = drainprobe.Prober(allowed=(ipaddress.ip_network("10.0.0.0/8"),))
     result = asyncio.run(prober.probe(pod=pod("127.0.0.1"), probe=probe_spec(9)))
     assert not result.idle and "outside the allowed CIDRs" in (result.error or "")
-    result = asyncio.run(drainprobe.Prober(allowed=LOOP, concurrency=1).probe(pod={"status": {}}, probe=probe_spec(9)))
+    result = asyncio.run(drainprobe.Prober(allowed=LOOP).probe(pod={"status": {}}, probe=probe_spec(9)))
     assert not result.idle and result.error == "the pod has no IP"
 
 
 def test_stuck_probes_do_not_delay_a_healthy_one_beyond_its_deadline() -> None:
-    """30 pods that never answer hold slots; a healthy pod's probe still answers within its
-    own timeout (the deadline counts waiting for a slot, and slots outnumber them)."""
+    """30 pods that never answer; a healthy pod's probe still answers within its own timeout
+    (the Prober shares nothing between probes; slots and fairness are baton.probing.Probes')."""
     async def scenario() -> tuple[drainprobe.Result, float]:
         async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await asyncio.sleep(5)
             writer.close()
         slow, slow_port = await serve(silent)
         good, good_port = await serve(answer(b"HTTP/1.1 200 OK\r\n\r\n"))
-        prober = drainprobe.Prober(allowed=LOOP, concurrency=64)
+        prober = drainprobe.Prober(allowed=LOOP)
         try:
             stuck = [asyncio.create_task(prober.probe(pod=pod(), probe=probe_spec(slow_port, timeout=3)))
                      for _ in range(30)]
@@ -144,13 +144,31 @@ def test_stuck_probes_do_not_delay_a_healthy_one_beyond_its_deadline() -> None:
     assert result.idle and took < 1.0
 
 
+def test_a_probe_cut_to_the_rest_of_the_budget_ends_then_and_says_so() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(10)
+        writer.close()
+    async def scenario() -> tuple[drainprobe.Result, float]:
+        server, port = await serve(silent)
+        try:
+            t0 = time.monotonic()
+            result = await drainprobe.Prober(allowed=LOOP).probe(pod=pod(), probe=probe_spec(port, timeout=30),
+                                                                 timeout=0.3)
+            return result, time.monotonic() - t0
+        finally:
+            server.close()
+    result, took = asyncio.run(scenario())
+    assert not result.idle and result.error is not None and "the rest of the budget" in result.error, result
+    assert "timeoutSeconds=30" in result.error and took < 5.0, took
+
+
 @pytest.mark.parametrize("port", [80800, 70000, -1, 0, "70000", "²", "-1", True])
 def test_a_port_no_socket_can_take_is_not_idle_with_a_reason_never_an_exception(port: object) -> None:
     # These are what the CRD admitted before its port rule (defect: an OverflowError or a
     # ValueError escaped the probe before decide(), so Draining never ended).
     probe = sp.DrainProbe.model_construct(http_get=sp.HttpGet.model_construct(path="/idle", port=port),
                                           timeout_seconds=1)
-    prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
+    prober = drainprobe.Prober(allowed=LOOP)
     result = asyncio.run(prober.probe(pod=pod(), probe=probe))
     assert not result.idle
     assert result.error is not None and "port" in result.error
@@ -159,7 +177,7 @@ def test_a_port_no_socket_can_take_is_not_idle_with_a_reason_never_an_exception(
 def test_a_named_port_whose_container_port_is_out_of_range_is_not_idle() -> None:
     bad = {"status": {"podIP": "127.0.0.1"},
            "spec": {"containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 99999}]}]}}
-    prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
+    prober = drainprobe.Prober(allowed=LOOP)
     probe = sp.DrainProbe(http_get=sp.HttpGet(path="/idle", port="http"), timeout_seconds=1)
     result = asyncio.run(prober.probe(pod=bad, probe=probe))
     assert not result.idle and result.error is not None and "'http'" in result.error
@@ -169,13 +187,13 @@ def test_an_unexpected_failure_inside_the_probe_is_reported_not_raised(monkeypat
     async def broken(*args: object, **kwargs: object) -> object:
         raise RuntimeError("boom")
     monkeypatch.setattr(asyncio, "open_connection", broken)
-    prober = drainprobe.Prober(allowed=LOOP, concurrency=1)
+    prober = drainprobe.Prober(allowed=LOOP)
     result = asyncio.run(prober.probe(pod=pod(), probe=probe_spec(8080)))
     assert result == drainprobe.Result(idle=False, error="RuntimeError: boom")
 
 
 def test_the_refused_ips_it_remembers_are_bounded() -> None:
-    prober = drainprobe.Prober(allowed=(ipaddress.ip_network("10.0.0.0/8"),), concurrency=1)
+    prober = drainprobe.Prober(allowed=(ipaddress.ip_network("10.0.0.0/8"),))
     for i in range(drainprobe.REFUSED_IPS_REMEMBERED + 10):
         ip = f"127.0.{i // 250}.{i % 250 + 1}"
         result = asyncio.run(prober.probe(pod=pod(ip), probe=probe_spec(9)))
