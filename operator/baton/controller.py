@@ -43,7 +43,7 @@ class Controller:
                                      watch_secrets=settings.watch_secrets)
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views, clock=clock, faults=faults)
-        self.configs = triggers.ConfigIndex()
+        self.configs = triggers.ConfigIndex(on_unreferenced=self.views.forget_config)
         self.reconciler = reconcile.Reconciler(
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
