@@ -6,7 +6,8 @@ with modest concurrency), then, for each operator tree given (this worktree's by
 `--baton-path /work/main/operator` for main beside it), one cluster-wide operator replica (the
 default chart's scope: every namespace, ConfigMaps and Secrets watched) is started, waited for
 until its ConfigMap view holds them all (baton_cache_objects), left to settle, and its peak RSS
-(VmHWM, from /proc) printed beside the chart's memory limit (charts/baton/values.yaml).
+(VmHWM, from /proc) printed beside the chart's memory limit (charts/baton/values.yaml), with
+what the process read meanwhile (rchar: mostly the API server's answers).
 
 Usage: .venv/bin/python -m bench.configmap_rss [--count 2000] [--kib 100]
            [--baton-path DIR ...] [--kubeconfig FILE]
@@ -62,6 +63,12 @@ def rss_mib(pid: int) -> tuple[float, float]:
         m = re.search(rf"{name}:\s+(\d+) kB", status)
         return int(m.group(1)) / 1024 if m else float("nan")
     return field("VmRSS"), field("VmHWM")
+
+
+def read_mib(pid: int) -> float:
+    """What `pid` has read so far (rchar: files and sockets, the API server's answers included), MiB."""
+    m = re.search(r"^rchar: (\d+)$", Path(f"/proc/{pid}/io").read_text(), re.M)
+    return int(m.group(1)) / 2**20 if m else float("nan")
 
 
 def cached_configmaps(port: int) -> float:
@@ -127,7 +134,7 @@ def measure(py: str, kubeconfig: str, baton_path: Path | None, *, count: int, se
             time.sleep(0.5)
         current, peak = rss_mib(op.pid)
         return {"tree": where, "synced_s": synced_after, "rss": current, "peak": max(peak, peak_seen),
-                "cached": cached_configmaps(mport)}
+                "read": read_mib(op.pid), "cached": cached_configmaps(mport)}
     finally:
         process.stop([op], timeout=30)
         log.close()
@@ -169,13 +176,13 @@ def main() -> int:
         limit = chart_limit_mib()
         trees: list[Path | None] = [None, *args.baton_path]
         print(f"{'operator tree':44} {'view full (s)':>13} {'peak RSS (MiB)':>15} {'RSS after (MiB)':>16} "
-              f"{'chart limit':>12}")
+              f"{'read (MiB)':>11} {'chart limit':>12}")
         failed = False
         for tree in trees:
             r = measure(py, kubeconfig, tree, count=args.count, settle=args.settle, work=work, timeout=args.timeout)
             under = r["peak"] < limit
             failed |= tree is None and not under
-            print(f"{r['tree']:44} {r['synced_s']:13.1f} {r['peak']:15.1f} {r['rss']:16.1f} "
+            print(f"{r['tree']:44} {r['synced_s']:13.1f} {r['peak']:15.1f} {r['rss']:16.1f} {r['read']:11.1f} "
                   f"{limit:9.0f} Mi {'under' if under else 'OVER'}", flush=True)
         return 1 if failed else 0
     finally:
