@@ -88,8 +88,28 @@ async def _read(kind: str, namespace: str, name: str) -> tuple[str, str | None]:
     return data_digest(obj), str((obj.get("metadata") or {}).get("resourceVersion") or "") or None
 
 
+async def _found(kind: str, namespace: str, name: str, lookup: Lookup | None, cache: DigestCache | None) -> str:
+    """A referenced object's digest, ABSENT or UNREADABLE: ABSENT without a read where the view
+    shows none; from `cache` where it holds the digest at the version the view shows; else a GET
+    (cached where a view can tell when it goes stale: a newer resourceVersion)."""
+    ref = (kind, namespace, name)
+    seen = lookup(kind, namespace, name) if lookup is not None else None
+    if seen == ABSENT:
+        return ABSENT
+    if seen is not None and cache is not None:
+        cached = cache.get(ref, seen)
+        if cached is not None:
+            return cached
+    found, read_at = await _read(kind, namespace, name)
+    if cache is not None and seen is not None and read_at is not None:
+        cache.put(ref, read_at, found)
+    elif cache is not None and found == ABSENT:
+        cache.forget(ref)  # gone before the view heard of it
+    return found
+
+
 async def read_config_digest(
-    namespace: str, refs: list[tuple[str, str, bool]], lookup: Lookup | None = None,
+    namespace: str, refs: list[tuple[str, str, bool]], lookup: Lookup | None = None, *,
     cache: DigestCache | None = None,
 ) -> tuple[str, list[str], list[str], list[tuple[str, str]]]:
     """(digest over the data of every referenced object, required ones missing, ones not readable,
@@ -101,18 +121,7 @@ async def read_config_digest(
     missing: list[str] = []
     unreadable: list[str] = []
     for kind, name, optional in refs:
-        ref = (kind, namespace, name)
-        seen = lookup(kind, namespace, name) if lookup is not None else None
-        found = seen if seen == ABSENT else None
-        if found is None and seen is not None and cache is not None:
-            found = cache.get(ref, seen)
-        if found is None:
-            found, read_at = await _read(kind, namespace, name)
-            # Cached only where a view can say when it goes stale (a newer resourceVersion).
-            if cache is not None and seen is not None and read_at is not None:
-                cache.put(ref, read_at, found)
-            elif cache is not None and found == ABSENT:
-                cache.forget(ref)  # gone before the view heard of it
+        found = await _found(kind, namespace, name, lookup, cache)
         parts.append(f"{kind}/{name}:{found}")
         if found == ABSENT and not optional:
             missing.append(f"{kind}/{name}")

@@ -172,7 +172,7 @@ def test_referenced_objects_are_read_once_per_resource_version(config_server: _C
         return view.get((kind, name), configrefs.ABSENT)
 
     async def digest() -> None:
-        results.append(await configrefs.read_config_digest("ns", refs, lookup, cache))
+        results.append(await configrefs.read_config_digest("ns", refs, lookup, cache=cache))
 
     async def change_conf() -> None:
         s.put("configmaps", "conf", "9", {"k": "v2"})
@@ -209,7 +209,7 @@ def test_absent_in_the_view_is_not_read_and_gone_or_forbidden_is_not_cached(conf
     refs = [("ConfigMap", "deleted", False), ("ConfigMap", "hidden", True), ("ConfigMap", "missing", False)]
 
     async def digest() -> None:
-        results.append(await configrefs.read_config_digest("ns", refs, lookup, cache))
+        results.append(await configrefs.read_config_digest("ns", refs, lookup, cache=cache))
 
     async def view_lags_a_deletion() -> None:
         view["deleted"] = "7"  # a newer version the view saw; the GET then finds it gone
@@ -229,7 +229,7 @@ def test_without_a_view_every_pass_reads_and_nothing_is_cached(config_server: _C
     cache = configrefs.DigestCache()
 
     async def digest() -> None:
-        await configrefs.read_config_digest("ns", [("ConfigMap", "conf", False)], lambda *_: None, cache)
+        await configrefs.read_config_digest("ns", [("ConfigMap", "conf", False)], lambda *_: None, cache=cache)
 
     _digest_runs(s, [digest, digest])
     assert s.gets == ["configmaps/conf"] * 2 and len(cache) == 0
