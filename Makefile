@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale chaos chaos-summary model-check mutations
+.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps chaos chaos-summary model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -66,6 +66,10 @@ REPLICAS ?= 1
 WORKERS ?= 8
 bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Deployments (make bench-scale N=1000 CHANGES=100)
 	$(PY) -m bench.scale --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS)
+
+COUNT ?= 2000
+bench-configmaps: $(PY_DEPS) tools ## peak operator RSS, COUNT ConfigMaps of 100 KiB in the cluster (BASELINE=DIR: another operator tree beside it)
+	$(PY) -m bench.configmap_rss --count $(COUNT) $(if $(BASELINE),--baton-path $(BASELINE))
 
 test-unit: $(PY_DEPS) ## tests/unit only (pure, no cluster; not tests/model: make test and make model-check run that)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

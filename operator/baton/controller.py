@@ -45,7 +45,7 @@ class Controller:
                                      watch_secrets=settings.watch_secrets)
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views, clock=clock, faults=faults)
-        self.configs = triggers.ConfigIndex()
+        self.configs = triggers.ConfigIndex(on_unreferenced=self.views.forget_config)
         # Drain probes run apart from the workers: a tool that hangs holds a probe slot of its
         # own runtime, never a worker every runtime needs.
         self.probes = probing.Probes(

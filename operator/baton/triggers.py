@@ -80,10 +80,12 @@ def on_lease(label: str) -> Trigger:
 
 
 class ConfigIndex:
-    """(namespace, kind, name) of a ConfigMap/Secret -> the runtimes whose template references it."""
+    """(namespace, kind, name) of a ConfigMap/Secret -> the runtimes whose template references it.
+    `on_unreferenced(namespace, kind, name)` hears of an object no runtime references any more."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_unreferenced: Callable[[str, str, str], None] | None = None) -> None:
         self.users: dict[tuple[str, str, str], set[str]] = {}
+        self._on_unreferenced = on_unreferenced
 
     def update(self, key: Key, refs: list[tuple[str, str, bool]]) -> None:
         ns, runtime = key
@@ -93,19 +95,27 @@ class ConfigIndex:
                 users.discard(runtime)
                 if not users:
                     del self.users[ref_key]
+                    if self._on_unreferenced is not None:
+                        self._on_unreferenced(*ref_key)
         for ref_key in wanted:
             self.users.setdefault(ref_key, set()).add(runtime)
 
     def on_config(self, kind: str) -> Trigger:
-        """The runtimes referencing a ConfigMap/Secret whose data changed (by digest)."""
+        """The runtimes referencing a ConfigMap/Secret that changed. The view is metadata only,
+        so any new resourceVersion wakes them: the pass reads the data (one GET) and hands off
+        only if its digest changed."""
         def trigger(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[Wake]:
             obj = new or old
-            if obj is None or (old is not None and new is not None and old.get("digest") == new.get("digest")):
+            if obj is None or (old is not None and new is not None and _rv(old) == _rv(new)):
                 return []
             meta = obj["metadata"]
             ns = meta.get("namespace") or ""
             return [((ns, runtime), 0.0) for runtime in sorted(self.users.get((ns, kind, meta["name"]), ()))]
         return trigger
+
+
+def _rv(obj: dict[str, Any]) -> object:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def resync(keys: Iterable[Key], *, period: float, draw: Callable[[], float]) -> list[Wake]:

@@ -12,7 +12,8 @@ then, from its own thread:
 - ``blackhole()`` / ``restore()``: requests are accepted and never answered nor forwarded, and
   streams already open stop delivering (a half-open network); ``restore()`` forwards new
   requests again (what was blackholed stays dead, as a half-open connection does);
-- ``log()``: every request (method, path, status, times, what the proxy did with it).
+- ``log()``: every request (method, path, Accept header, status, times, response bytes passed
+  on, what the proxy did with it).
 
 Runs an aiohttp server and client on its own event loop in a background thread. Everything is
 bounded: ``stop()`` (or leaving the ``with`` block) drops what is held or blackholed, cuts the
@@ -77,6 +78,8 @@ class LogEntry:
     dropped: bool = False            # still held or blackholed when the proxy stopped
     client_gone: bool = False        # the client disconnected before the answer was delivered
     error: str | None = None         # upstream failure (connect, TLS, read)
+    accept: str = ""                 # the client's Accept header (e.g. a metadata-only list)
+    bytes_out: int = 0               # response body bytes passed to the client (as encoded)
 
     @property
     def info(self) -> RequestInfo:
@@ -356,7 +359,7 @@ class ApiProxy:
         raw = request.raw_path
         path, _, query = raw.partition("?")
         entry = LogEntry(id=next(self._ids), method=request.method, path=path, query=query,
-                         started=time.monotonic())
+                         started=time.monotonic(), accept=request.headers.get("Accept", ""))
         if request.headers.get("Upgrade"):
             with self._lock:
                 self._log.append(entry)
@@ -462,6 +465,8 @@ class ApiProxy:
                     if self._dead(request, entry):
                         return self._finish(entry, resp)
                     await resp.write(chunk)
+                    with self._lock:
+                        entry.bytes_out += len(chunk)
                 # A chunked stream's end is a message too (the terminating chunk); a response
                 # of known length is complete once its bytes are out.
                 if resp.content_length is None and self._went_dark(entry):

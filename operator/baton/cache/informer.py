@@ -31,15 +31,19 @@ class Informer:
         namespace: str | None,
         store: store.Store,
         label_selector: str | None = None,
+        metadata_only: bool = False,
         watch_timeout_seconds: int = 300,
     ) -> None:
+        """`metadata_only`: list and watch PartialObjectMetadata, never the objects' data."""
         self.api, self.kind, self.store = api, kind, store
         self.path = k8s_api.path(group_version, plural, namespace)
         self.namespace = namespace
         self.label_selector = label_selector
+        self.metadata_only = metadata_only
         self.watch_timeout_seconds = watch_timeout_seconds
-        # A store that keeps a reduced copy (a digest) gets small pages: the full objects of one
-        # page are all that is held at once.
+        # A store that keeps a reduced copy (names and versions) gets small pages: one page's
+        # objects as sent (metadata can still carry a large last-applied annotation) are all
+        # that is held at once.
         self.page_size = 50 if store.reduces else 500
         self.synced = asyncio.Event()
         self.forbidden: str | None = None  # RBAC says no: reported, retried slowly
@@ -56,14 +60,16 @@ class Informer:
             try:
                 if rv is None:
                     items, rv = await self.api.list(self.path, label_selector=self.label_selector,
-                                                    limit=self.page_size, each=self._reduce)
+                                                    limit=self.page_size, each=self._reduce,
+                                                    metadata_only=self.metadata_only)
                     self.store.replace(self.namespace, items, reduced=True)
                     del items
                     metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
                     self.synced.set()
                     self.forbidden = None
                 async for event in self.api.watch(self.path, resource_version=rv, label_selector=self.label_selector,
-                                                  timeout_seconds=self.watch_timeout_seconds):
+                                                  timeout_seconds=self.watch_timeout_seconds,
+                                                  metadata_only=self.metadata_only):
                     rv = self._handle(event) or rv
                     gone_in_a_row = 0
                 failures = 0

@@ -219,7 +219,8 @@ async def read_snapshot(
         svc = await services.read_service(namespace, name)
     refs = manifests.config_refs(spec.template) if spec_error is None else []
     digest, missing, unreadable, config_parts = (
-        await configrefs.read_config_digest(namespace, refs, views.config_lookup) if refs else ("", [], [], []))
+        await configrefs.read_config_digest(namespace, refs, views.config_lookup, cache=views.config_digests)
+        if refs else ("", [], [], []))
     endpoints_listed: bool | None = None
     t = status.transition
     if t is not None and t.step == status_mod.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:

@@ -5,8 +5,11 @@ Selected on the server wherever the object carries Baton's label: pods, Leases, 
 EndpointSlices (the EndpointSlice controller copies a Service's labels onto its slices) by
 `baton.dev/runtime`; ToolRuntimes and ToolRuntimeClaims all (in the watched namespaces), claims
 indexed by the runtime they name (spec.runtimeRef.name). ConfigMaps and Secrets carry
-the user's labels, not ours: watched only where the chart grants it, and stored as a digest of
-their data (never the data itself: Secrets stay out of the heap).
+the user's labels, not ours: watched only where the chart grants it, and metadata only
+(PartialObjectMetadata: the API server never sends their data, and the store keeps name, UID
+and resourceVersion). Their data is read by name only where a template references it
+(baton.k8s.configrefs), its digest cached by resourceVersion (`config_digests`) and forgotten
+when the object goes.
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from baton.model import names
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
 
 # The API rules the informers need (apiGroup, resource, verbs); ConfigMaps and Secrets only where
-# the chart grants them (BATON_WATCH_CONFIGMAPS / BATON_WATCH_SECRETS).
+# the chart grants them (BATON_WATCH_CONFIGMAPS / BATON_WATCH_SECRETS). RBAC has no verb for a
+# metadata-only list: `list` is what the API server checks for one.
 RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (names.GROUP, names.PLURAL, ("list", "watch")),
     (names.GROUP, names.CLAIM_PLURAL, ("list", "watch")),
@@ -43,10 +47,10 @@ def claim_runtime(obj: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def _digest_only(obj: dict[str, Any]) -> dict[str, Any]:
+def _names_only(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the ConfigMap and Secret views keep: which objects exist, at which version."""
     meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")},
-            "digest": configrefs.data_digest(obj)}
+    return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}}
 
 
 class Views:
@@ -59,24 +63,41 @@ class Views:
         self.leases = store_mod.Store(selected_by=names.LABEL_RUNTIME)
         self.services = store_mod.Store(selected_by=names.LABEL_RUNTIME)
         self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=names.LABEL_RUNTIME)
-        self.configmaps = store_mod.Store(index_label=None, transform=_digest_only) if watch_configmaps else None
-        self.secrets = store_mod.Store(index_label=None, transform=_digest_only) if watch_secrets else None
+        self.configmaps = store_mod.Store(index_label=None, transform=_names_only) if watch_configmaps else None
+        self.secrets = store_mod.Store(index_label=None, transform=_names_only) if watch_secrets else None
+        # The data digests of referenced objects, by the version read (baton.k8s.configrefs).
+        self.config_digests = configrefs.DigestCache()
+        for kind, config_store in (("ConfigMap", self.configmaps), ("Secret", self.secrets)):
+            if config_store is not None:
+                config_store.listeners.append(self._forget_gone(kind))
         self.informers: list[informer_mod.Informer] = []
         self._tasks: list[asyncio.Task[None]] = []
 
-    def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None]]:
-        kinds: list[tuple[str, str, str, store_mod.Store, str | None]] = [
-            (names.KIND, names.API_VERSION, names.PLURAL, self.runtimes, None),
-            (names.CLAIM_KIND, names.API_VERSION, names.CLAIM_PLURAL, self.claims, None),
-            ("Pod", "v1", "pods", self.pods, names.LABEL_RUNTIME),
-            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, names.LABEL_RUNTIME),
-            ("Service", "v1", "services", self.services, names.LABEL_RUNTIME),
-            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, names.LABEL_RUNTIME),
+    def _forget_gone(self, kind: str) -> store_mod.Listener:
+        def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+            if new is None and old is not None:
+                ns, name = store_mod.key_of(old)
+                self.config_digests.forget((kind, ns, name))
+        return listener
+
+    def forget_config(self, namespace: str, kind: str, name: str) -> None:
+        """No runtime references that object any more: its digest need not be kept."""
+        self.config_digests.forget((kind, namespace, name))
+
+    def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None, bool]]:
+        """(kind, apiVersion, plural, store, label selector, metadata only) of each informer."""
+        kinds: list[tuple[str, str, str, store_mod.Store, str | None, bool]] = [
+            (names.KIND, names.API_VERSION, names.PLURAL, self.runtimes, None, False),
+            (names.CLAIM_KIND, names.API_VERSION, names.CLAIM_PLURAL, self.claims, None, False),
+            ("Pod", "v1", "pods", self.pods, names.LABEL_RUNTIME, False),
+            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, names.LABEL_RUNTIME, False),
+            ("Service", "v1", "services", self.services, names.LABEL_RUNTIME, False),
+            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, names.LABEL_RUNTIME, False),
         ]
         if self.configmaps is not None:
-            kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None))
+            kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None, True))
         if self.secrets is not None:
-            kinds.append(("Secret", "v1", "secrets", self.secrets, None))
+            kinds.append(("Secret", "v1", "secrets", self.secrets, None, True))
         return kinds
 
     def informer_count(self) -> int:
@@ -85,10 +106,10 @@ class Views:
 
     def start(self, api: k8s_api.Api) -> None:
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
-        for kind, gv, plural, store, selector in self._kinds():
+        for kind, gv, plural, store, selector, metadata_only in self._kinds():
             for ns in scopes:
                 informer = informer_mod.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
-                                        store=store, label_selector=selector)
+                                                 store=store, label_selector=selector, metadata_only=metadata_only)
                 self.informers.append(informer)
                 self._tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'}"))
 
@@ -131,11 +152,13 @@ class Views:
         return self.known(self.claims, namespace)
 
     def config_lookup(self, kind: str, namespace: str, name: str) -> str | None:
-        """A referenced object's digest from the view, ABSENT, or None (no view: read it)."""
+        """A referenced object's resourceVersion from the view, ABSENT, or None (no view: read it)."""
         store = self.configmaps if kind == "ConfigMap" else self.secrets
         if store is None:
             return None
         if not self.known(store, namespace):
             return None
         obj = store.get(namespace, name)
-        return configrefs.ABSENT if obj is None else str(obj["digest"])
+        if obj is None:
+            return configrefs.ABSENT
+        return str((obj.get("metadata") or {}).get("resourceVersion") or "") or None

@@ -34,6 +34,12 @@ TOKEN_REFRESH_SECONDS = 60.0
 # The longest watch line read. The API server refuses a request body over 3 MiB, so no stored
 # object comes near this; a longer line is a broken stream, and the watcher lists again.
 MAX_WATCH_LINE_BYTES = 16 * 1024 * 1024
+# What a metadata-only list or watch asks for (as controller-runtime's metadata informers do):
+# the API server answers with PartialObjectMetadata(List), so an object's data never crosses
+# the wire. Plain JSON stays acceptable: a server that cannot convert sends whole objects, which
+# the store reduces all the same.
+ACCEPT_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+ACCEPT_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 
 
 class ApiError(Exception):
@@ -145,13 +151,13 @@ class Api:
         # connection, which under load is queueing, not a dead peer. `total` bounds both.
         return aiohttp.ClientTimeout(total=total, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=READ_TIMEOUT_SECONDS)
 
-    def _headers(self, content_type: str | None = None) -> dict[str, str]:
+    def _headers(self, content_type: str | None = None, accept: str = "application/json") -> dict[str, str]:
         now = time.monotonic()
         if now - self._auth_at > TOKEN_REFRESH_SECONDS:
             # Runs the official loaders' refresh hook (in-cluster token file, exec plugins).
             self._auth = self._cfg.get_api_key_with_prefix("BearerToken", alias="authorization")
             self._auth_at = now
-        headers = {"Accept": "application/json", "User-Agent": "baton"}
+        headers = {"Accept": accept, "User-Agent": "baton"}
         if self._auth:
             headers["Authorization"] = self._auth
         if content_type:
@@ -166,6 +172,7 @@ class Api:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
         timeout: float | None = None,
     ) -> Any:
         """The decoded JSON body; ApiError for any non-2xx answer."""
@@ -176,7 +183,7 @@ class Api:
         code = "error"
         try:
             async with self._session.request(
-                method, url, data=data, headers=self._headers(content_type if data is not None else None),
+                method, url, data=data, headers=self._headers(content_type if data is not None else None, accept),
                 timeout=self._timeout(timeout or CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS),
             ) as resp:
                 code = str(resp.status)
@@ -202,9 +209,10 @@ class Api:
 
     async def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
                    limit: int = 500, each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                   ) -> tuple[list[dict[str, Any]], str]:
+                   metadata_only: bool = False) -> tuple[list[dict[str, Any]], str]:
         """Every item (paged), and the list's resourceVersion to watch from. `each` maps every
-        item as its page arrives, so only what it returns is held while later pages load."""
+        item as its page arrives, so only what it returns is held while later pages load.
+        `metadata_only`: each item is a PartialObjectMetadata (kind, apiVersion, metadata)."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {"limit": limit}
         if label_selector:
@@ -212,7 +220,8 @@ class Api:
         if field_selector:
             query["fieldSelector"] = field_selector
         while True:
-            page = await self.request("GET", path, query=query, timeout=60)
+            page = await self.request("GET", path, query=query, timeout=60,
+                                      accept=ACCEPT_METADATA_LIST if metadata_only else "application/json")
             meta = page.get("metadata") or {}
             page_items: list[dict[str, Any]] = page.get("items") or []
             items += page_items if each is None else [each(item) for item in page_items]
@@ -223,9 +232,11 @@ class Api:
             query["continue"] = cont
 
     async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-                    field_selector: str | None = None, timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
+                    field_selector: str | None = None, timeout_seconds: int = 300,
+                    metadata_only: bool = False) -> AsyncIterator[dict[str, Any]]:
         """Watch events ({type, object}) from `resource_version`, with bookmarks; ends when the
-        server closes the stream (timeout_seconds) or the client gives up on silence."""
+        server closes the stream (timeout_seconds) or the client gives up on silence.
+        `metadata_only`: each event's object is a PartialObjectMetadata."""
         query: dict[str, Any] = {"watch": "true", "resourceVersion": resource_version,
                                  "allowWatchBookmarks": "true", "timeoutSeconds": timeout_seconds}
         if label_selector:
@@ -235,7 +246,8 @@ class Api:
         url = self.host + path + "?" + urlencode(query)
         # Bookmarks arrive about once a minute: silence much longer than that is a dead stream.
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=90)
-        async with self._session.get(url, headers=self._headers(), timeout=timeout) as resp:
+        headers = self._headers(accept=ACCEPT_METADATA if metadata_only else "application/json")
+        async with self._session.get(url, headers=headers, timeout=timeout) as resp:
             metrics.API_REQUESTS.labels(client=self.name, verb="WATCH", resource=_resource_of(path),
                                         code=str(resp.status)).inc()
             if resp.status >= 300:

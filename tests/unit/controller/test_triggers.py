@@ -80,25 +80,30 @@ def test_only_a_change_of_lease_holder_wakes_the_runtime(old: Any, new: Any, wak
     assert triggers.on_lease(names.LABEL_RUNTIME)(old, new) == wakes
 
 
-def config(name: str, digest: str) -> dict[str, Any]:
-    return {"metadata": {"namespace": NS, "name": name}, "digest": digest}
+def config(name: str, rv: str) -> dict[str, Any]:
+    """A ConfigMap/Secret as its metadata-only view keeps it."""
+    return {"metadata": {"namespace": NS, "name": name, "resourceVersion": rv}}
 
 
 def test_a_config_change_wakes_the_runtimes_that_reference_it_and_only_while_they_do() -> None:
-    index = triggers.ConfigIndex()
+    unreferenced: list[tuple[str, str, str]] = []
+    index = triggers.ConfigIndex(on_unreferenced=lambda *ref: unreferenced.append(ref))
     on_configmap, on_secret = index.on_config("ConfigMap"), index.on_config("Secret")
     index.update((NS, "search"), [("ConfigMap", "settings", False), ("Secret", "api-key", True)])
     index.update((NS, "fetch"), [("ConfigMap", "settings", False)])
     assert on_configmap(config("settings", "d1"), config("settings", "d2")) == [((NS, "fetch"), 0.0), ((NS, "search"), 0.0)]
-    assert on_configmap(config("settings", "d1"), config("settings", "d1")) == []  # data unchanged
+    assert on_configmap(config("settings", "d1"), config("settings", "d1")) == []  # same version
     assert on_secret(None, config("api-key", "d1")) == [((NS, "search"), 0.0)]
     assert on_configmap(config("api-key", "d1"), None) == []  # a ConfigMap of that name: not referenced
     index.update((NS, "search"), [("ConfigMap", "settings", False)])  # the Secret no longer referenced
     assert on_secret(config("api-key", "d1"), None) == []
+    assert unreferenced == [(NS, "Secret", "api-key")]  # its cached digest can go
     assert index.users == {(NS, "ConfigMap", "settings"): {"search", "fetch"}}
     index.update((NS, "search"), [])
+    assert len(unreferenced) == 1  # "fetch" still references the ConfigMap
     index.update((NS, "fetch"), [])
     assert index.users == {}
+    assert unreferenced == [(NS, "Secret", "api-key"), (NS, "ConfigMap", "settings")]
 
 
 def test_a_resync_wakes_every_runtime_once_spread_over_the_period() -> None:
