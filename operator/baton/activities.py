@@ -9,6 +9,7 @@ Replicas coordinate per runtime through the lifecycle Leases. An idle runtime co
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -68,10 +69,21 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
                                 "shutting down" if controller.shutting_down else ("ok" if controller.started else "starting")),
         )
         controller.start()
+        # The views fill in the background: kopf cancels an unfinished startup activity on
+        # SIGTERM and then skips cleanup, so nothing after controller.start() may wait here
+        # (a SIGTERM during a 60 s sync used to skip the shutdown: Leases taken meanwhile kept).
+        _SYNC_REPORT.append(asyncio.create_task(_report_synced(controller, SETTINGS), name="baton sync report"))
+
+
+# The task that logs when the views are filled (kept referenced until it ends).
+_SYNC_REPORT: list["asyncio.Task[None]"] = []
+
+
+async def _report_synced(controller: controller_mod.Controller, settings: settings_mod.Settings) -> None:
     if not await controller.views.wait_synced(SYNC_TIMEOUT_SECONDS):
         log.warning("views not filled within %.0fs; acting on what arrived (the rest follows)", SYNC_TIMEOUT_SECONDS)
-    log.info("baton started", extra={"identity": SETTINGS.identity, "namespaces": ",".join(SETTINGS.namespaces) or "*",
-                                     "workers": SETTINGS.workers})
+    log.info("baton started", extra={"identity": settings.identity, "namespaces": ",".join(settings.namespaces) or "*",
+                                     "workers": settings.workers})
 
 
 @kopf.on.login()
@@ -82,6 +94,8 @@ def on_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.cleanup()
 async def on_cleanup(**_: Any) -> None:
     log.info("stopping: no new transitions; handing back Leases")
+    for task in _SYNC_REPORT:
+        task.cancel()
     await _controller().shutdown()
     await client.stop()
     log.info("stopped")
