@@ -20,7 +20,7 @@ from baton import faults as faults_mod
 from baton import controller as controller_mod
 from baton import metrics, server
 from baton import settings as settings_mod
-from baton.k8s import client, runtimes
+from baton.k8s import claims, client, runtimes
 
 log = logging.getLogger("baton.handlers")
 
@@ -57,6 +57,15 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         raise kopf.PermanentError(
             "the ToolRuntime CRD (toolruntimes.baton.dev/v1alpha1) is not served: install it "
             "(kubectl apply -f crds/, or the Helm chart) before starting Baton"
+        )
+    if not await claims.claims_served(SETTINGS.namespaces):
+        # Refused, not tolerated: a claim pins a generation, and a view that cannot list claims
+        # never fills, so every retire would wait pinSeconds and then block for good, unreported.
+        # Acting as if no claim existed would be safe only while the CRD stays absent.
+        raise kopf.PermanentError(
+            "the ToolRuntimeClaim CRD (toolruntimeclaims.baton.dev/v1alpha1) is not served: install it "
+            "(kubectl apply -f crds/, or the Helm chart) before starting Baton; every retire waits for "
+            "the claims it cannot list"
         )
     controller = _controller()
     if not controller.started:

@@ -14,7 +14,7 @@ from kubernetes import client
 from dev.wait import wait_for
 from harness import apiproxy
 from harness.operator import OperatorProcess
-from harness.runtimes import Runtimes, runtime_manifest
+from harness.runtimes import Runtimes, install_crd, runtime_manifest
 
 Start = Callable[..., OperatorProcess]
 
@@ -52,3 +52,30 @@ def test_sigterm_while_the_views_fill_hands_the_lease_back(
     assert "handing back Leases" in log and "stopped" in log, op.log_tail()
     assert holder() is None, "the Lease taken while the views filled was not handed back"
 
+
+def test_a_missing_claim_crd_is_refused_at_startup_naming_it(operators: Start, cluster: Any) -> None:
+    """CRDs managed outside Helm from an older copy: without the claim CRD the claims view never
+    fills and every retire would block for good, unreported; startup refuses instead, as it does
+    for the ToolRuntime CRD."""
+    ext = client.ApiextensionsV1Api(cluster.api_client)
+    crd_name = "toolruntimeclaims.baton.dev"
+
+    def crd_gone() -> bool:
+        try:
+            ext.read_custom_resource_definition(crd_name)
+        except client.ApiException as e:
+            if e.status == 404:
+                return True
+            raise
+        return False
+
+    ext.delete_custom_resource_definition(crd_name)
+    try:
+        wait_for(crd_gone, timeout=60, what="the claim CRD deleted")
+        op = operators("op-a", wait=False).launch()
+        code = op.wait_exit(60)
+        assert code != 0, op.log_tail()
+        assert "the ToolRuntimeClaim CRD (toolruntimeclaims.baton.dev/v1alpha1) is not served" in op.log_text(), \
+            op.log_tail()
+    finally:
+        install_crd(cluster)
