@@ -217,7 +217,7 @@ def test_api_errors_are_byte_identical(api: type[FakeCustomObjects], failure: st
     assert [code, out.getvalue(), err.getvalue()] == GOLDEN["errors"][failure]
 
 
-@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "version"])
+@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "release", "version"])
 def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps at the terminal's width
