@@ -29,7 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.namespace:
         settings = settings_mod.Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     logs.configure(settings.log_level)
-    client.load_config()
+    try:
+        client.load_config()
+    except ValueError as exc:
+        # A connection setting Baton cannot honour: refused before anything connects.
+        print(f"baton: {exc}", file=sys.stderr)
+        return 2
     # Read once: the fault injection (tests only) and the clock it shifts, passed down from here.
     faults = faults_mod.Faults.from_env()
     activities.install(settings, clock=faults.clock(), faults=faults)

@@ -9,6 +9,7 @@ Replicas coordinate per runtime through the lifecycle Leases. An idle runtime co
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -19,7 +20,7 @@ from baton import faults as faults_mod
 from baton import controller as controller_mod
 from baton import metrics, server
 from baton import settings as settings_mod
-from baton.k8s import client, runtimes
+from baton.k8s import claims, client, runtimes
 
 log = logging.getLogger("baton.handlers")
 
@@ -57,6 +58,15 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
             "the ToolRuntime CRD (toolruntimes.baton.dev/v1alpha1) is not served: install it "
             "(kubectl apply -f crds/, or the Helm chart) before starting Baton"
         )
+    if not await claims.claims_served(SETTINGS.namespaces):
+        # Refused, not tolerated: a claim pins a generation, and a view that cannot list claims
+        # never fills, so every retire would wait pinSeconds and then block for good, unreported.
+        # Acting as if no claim existed would be safe only while the CRD stays absent.
+        raise kopf.PermanentError(
+            "the ToolRuntimeClaim CRD (toolruntimeclaims.baton.dev/v1alpha1) is not served: install it "
+            "(kubectl apply -f crds/, or the Helm chart) before starting Baton; every retire waits for "
+            "the claims it cannot list"
+        )
     controller = _controller()
     if not controller.started:
         # The ports first: a bind error fails startup before anything acts (kopf retries it).
@@ -68,10 +78,21 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
                                 "shutting down" if controller.shutting_down else ("ok" if controller.started else "starting")),
         )
         controller.start()
+        # The views fill in the background: kopf cancels an unfinished startup activity on
+        # SIGTERM and then skips cleanup, so nothing after controller.start() may wait here
+        # (a SIGTERM during a 60 s sync used to skip the shutdown: Leases taken meanwhile kept).
+        _SYNC_REPORT.append(asyncio.create_task(_report_synced(controller, SETTINGS), name="baton sync report"))
+
+
+# The task that logs when the views are filled (kept referenced until it ends).
+_SYNC_REPORT: list["asyncio.Task[None]"] = []
+
+
+async def _report_synced(controller: controller_mod.Controller, settings: settings_mod.Settings) -> None:
     if not await controller.views.wait_synced(SYNC_TIMEOUT_SECONDS):
         log.warning("views not filled within %.0fs; acting on what arrived (the rest follows)", SYNC_TIMEOUT_SECONDS)
-    log.info("baton started", extra={"identity": SETTINGS.identity, "namespaces": ",".join(SETTINGS.namespaces) or "*",
-                                     "workers": SETTINGS.workers})
+    log.info("baton started", extra={"identity": settings.identity, "namespaces": ",".join(settings.namespaces) or "*",
+                                     "workers": settings.workers})
 
 
 @kopf.on.login()
@@ -82,6 +103,8 @@ def on_login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.cleanup()
 async def on_cleanup(**_: Any) -> None:
     log.info("stopping: no new transitions; handing back Leases")
+    for task in _SYNC_REPORT:
+        task.cancel()
     await _controller().shutdown()
     await client.stop()
     log.info("stopped")

@@ -48,6 +48,8 @@ class Memory(snapshot.Learnt):
             self.service_taken = outcome.service_taken
         if outcome.service_error is not None:
             self.service_error = outcome.service_error or None
+        if outcome.lease_outside_view is not None:
+            self.lease_outside_view = outcome.lease_outside_view or None
         if outcome.namespace_terminating:
             self.namespace_terminating = True  # a namespace being deleted never comes back
         if outcome.ran_through:

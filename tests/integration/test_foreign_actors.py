@@ -301,3 +301,34 @@ def test_a_late_create_landing_with_no_pod_standing_is_retired_before_the_next_c
     assert uid in {e.uid for e in pod_watch.deleted("landed")}
     # In the API server's order: g1 DELETED, the landed pod ADDED and DELETED, then g2 ADDED.
     assert pod_watch.assert_one_at_a_time("landed") == [1, None, 2]
+
+
+def test_a_lease_without_its_label_is_reported_naming_it_and_taken_once_labelled(
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
+    """The Lease views select on baton.dev/runtime: a Lease whose label a person removed is
+    invisible, so each pass created it, met AlreadyExists and backed off, forever and silently.
+    Now Degraded=True LeaseOutsideView names the Lease and the command that fixes it (issue 23)."""
+    operators("op-a")
+    rts.create(runtime_manifest("lbl"))
+    rts.wait_ready("lbl", 1)
+    coord = client.CoordinationV1Api(cluster.api_client)
+    wait_for(lambda: not coord.read_namespaced_lease("baton-lbl", namespace).spec.holder_identity,
+             timeout=30, what="the Lease released once idle")
+    coord.patch_namespaced_lease("baton-lbl", namespace, {"metadata": {"labels": {"baton.dev/runtime": None}}})
+    rts.set_image("lbl", "example/tool:2")
+
+    def degraded() -> dict[str, Any] | None:
+        c = rts.condition("lbl", "Degraded") or {}
+        return c if c.get("reason") == "LeaseOutsideView" and c.get("status") == "True" else None
+    cond = wait_for(degraded, timeout=60, what="Degraded LeaseOutsideView")
+    assert f"Lease {namespace}/baton-lbl exists with no label baton.dev/runtime" in cond["message"], cond
+    assert f"kubectl -n {namespace} label lease baton-lbl baton.dev/runtime=lbl" in cond["message"], cond
+    events = client.CoreV1Api(cluster.api_client).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=lbl,reason=LeaseOutsideView").items
+    assert events and "baton-lbl" in events[0].message
+    assert rts.status("lbl")["current"]["generation"] == 1, "nothing handed off without the Lease"
+    # The fix the message names: the Lease is seen again, taken, and the handoff goes on.
+    coord.patch_namespaced_lease("baton-lbl", namespace, {"metadata": {"labels": {"baton.dev/runtime": "lbl"}}})
+    rts.wait_ready("lbl", 2, timeout=90)
+    wait_for(lambda: (rts.condition("lbl", "Degraded") or {}).get("reason") == "Healthy", timeout=30,
+             what="Degraded cleared once the Lease was acquired")

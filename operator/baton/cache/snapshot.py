@@ -58,6 +58,7 @@ class Learnt:
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
     namespace_terminating: bool = False  # our Lease create was refused: the namespace is being deleted
+    lease_outside_view: str | None = None  # our Lease create met a Lease outside the view: what to do
     service_error: str | None = None  # the API server refused our last Service write: its message
 
 
@@ -257,6 +258,7 @@ async def read_snapshot(
         last_error=learnt.last_error,
         pod_rejected=learnt.pod_rejected,
         namespace_terminating=learnt.namespace_terminating,
+        lease_outside_view=learnt.lease_outside_view,
         service_error=learnt.service_error,
         spec_error=spec_error,
         shutting_down=facts.shutting_down,

@@ -1,5 +1,5 @@
 """The plugin's adapter on the official kubernetes client: connect as kubectl would, read and list
-ToolRuntimes, write an annotation, and explain an API error or an unreachable server in one line.
+ToolRuntimes, write an annotation or the finalizers, and explain an API error or an unreachable server in one line.
 
 Does I/O (the API server, the kubeconfig). The only module of the plugin that imports kubernetes
 or urllib3.
@@ -114,6 +114,16 @@ def annotate(cluster: Cluster, *, rt: Mapping[str, Any], key: str, value: str) -
     cluster.api.patch_namespaced_custom_object(
         names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"],
         {"metadata": {"annotations": {key: value}, "resourceVersion": meta["resourceVersion"]}},
+        _request_timeout=cluster.timeout,
+    )
+
+
+def set_finalizers(cluster: Cluster, *, rt: Mapping[str, Any], finalizers: list[str]) -> None:
+    meta = rt["metadata"]
+    # resourceVersion: the finalizers were read on this version; a change since is a 409.
+    cluster.api.patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"],
+        {"metadata": {"finalizers": finalizers, "resourceVersion": meta["resourceVersion"]}},
         _request_timeout=cluster.timeout,
     )
 

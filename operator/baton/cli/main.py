@@ -1,4 +1,5 @@
-"""kubectl-baton: the `kubectl baton` plugin (list, status, history, reset, force-recover, version).
+"""kubectl-baton: the `kubectl baton` plugin (list, status, history, reset, force-recover, release,
+version).
 
 A separate program from the operator: it reads and annotates ToolRuntimes through the API server
 with the user's kubeconfig, and the operator does the work. It follows kubectl's conventions (and
@@ -20,7 +21,7 @@ from baton.model import names
 OUTPUTS = ("text", "json", "yaml")
 
 
-def _common(*, with_name: bool, all_namespaces: bool = False) -> argparse.ArgumentParser:
+def _common(*, with_name: bool, all_namespaces: str = "") -> argparse.ArgumentParser:
     """kubectl's flags, accepted on every verb, before or after the name. SUPPRESS: a flag given
     once is not reset by a later parser's default."""
     p = argparse.ArgumentParser(add_help=False)
@@ -29,7 +30,7 @@ def _common(*, with_name: bool, all_namespaces: bool = False) -> argparse.Argume
                    help="namespace of the toolruntime (default: the kubeconfig context's, else 'default')")
     if all_namespaces:
         g.add_argument("-A", "--all-namespaces", action="store_true", default=argparse.SUPPRESS,
-                       help="list toolruntimes of every namespace")
+                       help=all_namespaces)
     g.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="path to the kubeconfig file")
     g.add_argument("--context", default=argparse.SUPPRESS, help="the kubeconfig context to use")
     g.add_argument("--request-timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
@@ -59,7 +60,22 @@ VERBS: dict[str, tuple[Callable[[argparse.Namespace, cluster.Cluster, verbs.Io],
                       "run on its node. Asks for confirmation on a terminal; without one, pass --yes.\n\n"
                       "examples:\n  kubectl baton force-recover search-mcp -n agents\n"
                       "  kubectl baton force-recover search-mcp -n agents --yes"),
+    "release": (verbs.run_release, f"let go of toolruntimes no operator manages any more (removes {names.FINALIZER})",
+                "After helm uninstall, or once a namespace left the operator's watch: removes the\n"
+                "finalizer from the named toolruntime, or from every one in the namespace (-A: the\n"
+                "cluster), so they and their namespace can be deleted. Their pods and Services\n"
+                "keep running; deleting a released toolruntime removes them at once (the garbage\n"
+                "collector), without a drain. An operator still watching the namespace adds the\n"
+                "finalizer back: stop it, or remove the namespace from its watch, first.\n"
+                "Asks for confirmation on a terminal; without one, pass --yes. docs/runbooks.md.\n\n"
+                "examples:\n  kubectl baton release -n agents --yes\n  kubectl baton release -A --yes\n"
+                "  kubectl baton release search-mcp -n agents"),
 }
+
+
+# The verbs that take -A/--all-namespaces, and what it means for each.
+ALL_NAMESPACES = {"list": "list toolruntimes of every namespace",
+                  "release": "release every toolruntime of the cluster"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,10 +87,13 @@ def parser() -> argparse.ArgumentParser:
     for verb, (_, summary, epilog) in VERBS.items():
         sub = subparsers.add_parser(
             verb, help=summary, description=summary[0].upper() + summary[1:] + ".", epilog=epilog,
-            parents=[_common(with_name=verb != "list", all_namespaces=verb == "list")],
+            parents=[_common(with_name=verb not in ("list", "release"), all_namespaces=ALL_NAMESPACES.get(verb, ""))],
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        if verb == "force-recover":
+        if verb == "release":
+            sub.add_argument("name", nargs="?", default=None,
+                             help="name of the toolruntime (default: every one of the namespace)")
+        if verb in ("force-recover", "release"):
             sub.add_argument("-y", "--yes", action="store_true", default=False,
                              help="do not ask for confirmation (needed without a terminal)")
     subparsers.add_parser("version", help="print the plugin's version",

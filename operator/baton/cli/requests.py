@@ -1,4 +1,5 @@
-"""The requests the plugin writes (reset, force-recover) and when it refuses them; the confirmation.
+"""The requests the plugin writes (reset, force-recover, release) and when it refuses them; the
+confirmation.
 
 Pure: the rules read the ToolRuntime as fetched and return the annotation to write, or raise
 Refused with one line for the user. `confirm` reads the user's answer from the streams it is given.
@@ -7,7 +8,7 @@ Refused with one line for the user. `confirm` reads the user's answer from the s
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, TextIO
+from typing import Any, Mapping, Sequence, TextIO
 
 from baton.cli import render
 from baton.model import names
@@ -64,6 +65,21 @@ def force_recovery_request(rt: Mapping[str, Any]) -> Request:
     return Request(names.ANN_FORCE_RECOVERY, gen,
                    f"toolruntime/{name}: force recovery of generation {gen} requested (abandons pod {pod} uid {uid})",
                    abandons={"pod": pod, "uid": uid})
+
+
+def without_finalizer(rt: Mapping[str, Any]) -> list[str] | None:
+    """The runtime's finalizers once Baton's is released; None when Baton holds none there."""
+    finalizers = list((rt.get("metadata") or {}).get("finalizers") or [])
+    if names.FINALIZER not in finalizers:
+        return None
+    return [f for f in finalizers if f != names.FINALIZER]
+
+
+def release_question(items: Sequence[Mapping[str, Any]]) -> str:
+    held = [f"{i['metadata']['namespace']}/{i['metadata']['name']}" for i in items]
+    shown = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+    return (f"Release {len(held)} toolruntime(s) ({shown}) from Baton? Their pods keep running; deleting a "
+            "released toolruntime removes its pod at once (the garbage collector), without a drain")
 
 
 def confirm(question: str, *, yes: bool, stdin: TextIO, stderr: TextIO) -> None:

@@ -86,3 +86,45 @@ def run_reset(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> 
 
 def run_force_recover(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
     return _run_request(args, connection, io, verb="force-recover", build=requests.force_recovery_request, ask=True)
+
+
+def run_release(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    """Remove Baton's finalizer (baton.dev/retire) from the named toolruntime, or every one of
+    the namespace (-A: of the cluster), once no operator manages them: after `helm uninstall`, or
+    after their namespace left the operator's watch. A conflict re-reads and tries again."""
+    all_ns = bool(getattr(args, "all_namespaces", False))
+    if args.name:
+        if all_ns:
+            raise requests.Refused("a toolruntime name cannot be given with -A/--all-namespaces")
+        items = [cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)]
+    else:
+        items = cluster.list_runtimes(connection, namespace=None if all_ns else _namespace(args, connection))
+    held = [rt for rt in items if requests.without_finalizer(rt) is not None]
+    if held:
+        requests.confirm(requests.release_question(held), yes=bool(getattr(args, "yes", False)),
+                         stdin=io.stdin, stderr=io.stderr)
+    released: list[dict[str, Any]] = []
+    for rt in held:
+        meta = rt["metadata"]
+        for attempt in range(5):
+            rest = requests.without_finalizer(rt)
+            if rest is None:
+                break  # released meanwhile (by someone else)
+            try:
+                cluster.set_finalizers(connection, rt=rt, finalizers=rest)
+                break
+            except cluster.ApiException as exc:
+                if exc.status != 409 or attempt == 4:
+                    raise
+                rt = cluster.get_runtime(connection, namespace=meta["namespace"], name=meta["name"])
+        released.append({"namespace": meta["namespace"], "name": meta["name"]})
+    if args.output != "text":
+        print(render.render({"verb": "release", "released": released}, output=args.output), file=io.stdout)
+        return 0
+    for r in released:
+        print(f"toolruntime {r['namespace']}/{r['name']} released", file=io.stdout)
+    if not released:
+        print("No toolruntime holds Baton's finalizer" + ("" if all_ns or args.name else
+                                                           f" in {_namespace(args, connection)} namespace") + ".",
+              file=io.stderr)
+    return 0

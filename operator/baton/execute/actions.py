@@ -20,7 +20,7 @@ from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.execute import events as events_mod
 from baton.execute import leasekeeper, outcomes, statuswrite
-from baton.k8s import api, claims, client, pods, runtimes, services
+from baton.k8s import api, claims, client, leases, pods, runtimes, services
 from baton.lifecycle import pins
 from baton.lifecycle import plan
 from baton.model import names
@@ -104,6 +104,12 @@ async def remove_annotation(ctx: Context, action: plan.RemoveAnnotation) -> None
 async def acquire_lease(ctx: Context, action: plan.AcquireLease) -> None:
     try:
         await ctx.keeper.acquire(snap=ctx.snap, action=action, key=ctx.key, wake=ctx.wake)
+        ctx.outcome.lease_outside_view = ""
+    except leases.LeaseOutsideView as exc:
+        # Learnt for decide(): Degraded LeaseOutsideView names the Lease and what to do.
+        ctx.outcome.lease_outside_view = str(exc)
+        metrics.LEASE_CONFLICTS.inc()
+        raise outcomes.Aborted(f"Lease not acquired: {exc}") from exc
     except api.ApiError as exc:
         if api.is_namespace_terminating(exc):
             # Learnt for decide(): a deleted runtime there finishes without the Lease.

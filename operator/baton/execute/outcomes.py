@@ -31,3 +31,4 @@ class Outcome:
     reads: int = 0  # fresh GETs made for this runtime
     lease_acquired_at: datetime.datetime | None = None  # wall time this plan acquired the Lease
     namespace_terminating: bool = False  # the Lease create was refused: the namespace is being deleted
+    lease_outside_view: str | None = None  # the Lease create met one outside the view; "" once acquired

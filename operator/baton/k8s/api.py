@@ -5,7 +5,8 @@ execution layer shared a 32-thread pool between reads, writes, renewals and prob
 runtimes livelocked), and it builds model objects Baton never uses. Why not
 kubernetes_asyncio or lightkube: both would add a dependency for what is, for Baton, a dozen
 paths; kopf already brings aiohttp. Credentials come from the official client's loaders
-(kubeconfig, in-cluster account), so Baton accepts exactly the configurations kubectl does.
+(kubeconfig, in-cluster account); a kubeconfig's `tls-server-name` and http(s) `proxy-url` are
+honoured, and a setting this client cannot honour (a socks5 proxy) is refused at startup.
 
 Two instances run side by side: one for the work, one (a connection pool of its own) for Lease
 renewals, so no queue of other requests can delay a renewal.
@@ -134,6 +135,13 @@ class Api:
             if cfg.cert_file and cfg.key_file:
                 ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
             ssl_ctx = ctx
+        # kubeconfig `tls-server-name` and `proxy-url` (the official loader puts them here):
+        # sent with every request, as kubectl would (check_connection_settings refuses the rest).
+        self._extra: dict[str, Any] = {}
+        if getattr(cfg, "tls_server_name", None) and self.host.startswith("https"):
+            self._extra["server_hostname"] = cfg.tls_server_name
+        if getattr(cfg, "proxy", None):
+            self._extra["proxy"] = cfg.proxy
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=pool_size, ssl=ssl_ctx, keepalive_timeout=60),
             timeout=self._timeout(CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS),
@@ -184,7 +192,7 @@ class Api:
         try:
             async with self._session.request(
                 method, url, data=data, headers=self._headers(content_type if data is not None else None, accept),
-                timeout=self._timeout(timeout or CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS),
+                timeout=self._timeout(timeout or CONNECT_TIMEOUT_SECONDS + READ_TIMEOUT_SECONDS), **self._extra,
             ) as resp:
                 code = str(resp.status)
                 raw = await resp.read()
@@ -247,7 +255,7 @@ class Api:
         # Bookmarks arrive about once a minute: silence much longer than that is a dead stream.
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=90)
         headers = self._headers(accept=ACCEPT_METADATA if metadata_only else "application/json")
-        async with self._session.get(url, headers=headers, timeout=timeout) as resp:
+        async with self._session.get(url, headers=headers, timeout=timeout, **self._extra) as resp:
             metrics.API_REQUESTS.labels(client=self.name, verb="WATCH", resource=_resource_of(path),
                                         code=str(resp.status)).inc()
             if resp.status >= 300:
@@ -256,6 +264,21 @@ class Api:
                 event = decode_watch_line(line)
                 if event is not None:
                     yield event
+
+
+# The proxy schemes aiohttp speaks (a CONNECT tunnel for https); kubectl also takes socks5.
+PROXY_SCHEMES = ("http", "https")
+
+
+def check_connection_settings(cfg: kubernetes.client.Configuration) -> None:
+    """Refuse, naming the kubeconfig field, a connection setting this client cannot honour
+    (ValueError), rather than connect some other way than kubectl would."""
+    proxy = getattr(cfg, "proxy", None)
+    if proxy:
+        scheme = str(proxy).split("://", 1)[0].lower() if "://" in str(proxy) else ""
+        if scheme not in PROXY_SCHEMES:
+            raise ValueError(f"kubeconfig cluster field proxy-url {proxy!r}: Baton supports only "
+                             f"{' and '.join(s + '://' for s in PROXY_SCHEMES)} proxies")
 
 
 def _error(status: int, reason: str, raw: bytes) -> ApiError:

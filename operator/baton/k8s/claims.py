@@ -10,7 +10,20 @@ from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
-RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = ((names.GROUP, f"{names.CLAIM_PLURAL}/status", ("patch",)),)
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (names.GROUP, names.CLAIM_PLURAL, ("list",)), (names.GROUP, f"{names.CLAIM_PLURAL}/status", ("patch",)))
+
+
+async def claims_served(namespaces: tuple[str, ...]) -> bool:
+    """Whether the API server serves ToolRuntimeClaims (their CRD is installed)."""
+    try:
+        await client.work().request("GET", api.path(names.API_VERSION, names.CLAIM_PLURAL,
+                                                    namespaces[0] if namespaces else None), query={"limit": 1})
+    except api.ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 async def patch_claim_status(namespace: str, name: str, *, uid: str, status_patch: dict[str, Any]) -> dict[str, Any] | None:

@@ -27,7 +27,8 @@ WATCH_POOL_SPARE = 4
 
 
 def load_config() -> None:
-    """Kubeconfig when KUBECONFIG is set (tests, local runs), else the in-cluster account."""
+    """Kubeconfig when KUBECONFIG is set (tests, local runs), else the in-cluster account.
+    ValueError, naming the kubeconfig field, for a setting Baton cannot honour."""
     if os.environ.get("KUBECONFIG"):
         # kubernetes.config is not annotated (unlike kubernetes.client).
         kubernetes.config.load_kube_config(config_file=os.environ["KUBECONFIG"])  # type: ignore[no-untyped-call]
@@ -36,6 +37,8 @@ def load_config() -> None:
             kubernetes.config.load_incluster_config()  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException:
             kubernetes.config.load_kube_config()  # type: ignore[no-untyped-call]
+    # ValueError naming the field for what the async client cannot honour (a socks5 proxy-url).
+    api.check_connection_settings(kubernetes.client.Configuration.get_default_copy())
 
 
 async def start(*, pool_size: int = 64) -> None:

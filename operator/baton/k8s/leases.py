@@ -22,6 +22,11 @@ class LeaseLost(Exception):
     """Someone else holds the Lease now, or it changed under us."""
 
 
+class LeaseOutsideView(Exception):
+    """The Lease exists but without the label the Leases view selects on: no pass ever sees it,
+    so every pass would create it and meet AlreadyExists, silently. The message says what to do."""
+
+
 def _path(namespace: str, name: str | None = None) -> str:
     return api.path("coordination.k8s.io/v1", "leases", namespace, name)
 
@@ -85,11 +90,26 @@ async def acquire_lease(
             return created
         except api.ApiError as exc:
             if exc.status == 409:
+                await _outside_view(namespace=namespace, name=name, runtime=runtime)
                 raise LeaseLost("created concurrently by another holder") from exc
             raise
     if int((observed.get("spec") or {}).get("leaseTransitions") or 0) >= token:
         raise LeaseLost("token already used")
     return await _replace_lease(namespace, name, {**observed, "spec": spec})
+
+
+async def _outside_view(*, namespace: str, name: str, runtime: str) -> None:
+    """After AlreadyExists on a create: LeaseOutsideView when the Lease standing there lacks our
+    label (else it was a race with another creator, or the view lags: LeaseLost as before)."""
+    lease = await read_lease(namespace, name)
+    if lease is None:
+        return
+    value = ((lease.get("metadata") or {}).get("labels") or {}).get(names.LABEL_RUNTIME)
+    if value != runtime:
+        found = "no label " + names.LABEL_RUNTIME if value is None else f"{names.LABEL_RUNTIME}={value}"
+        raise LeaseOutsideView(
+            f"Lease {namespace}/{name} exists with {found}, so Baton does not see it: label it "
+            f"(kubectl -n {namespace} label lease {name} {names.LABEL_RUNTIME}={runtime} --overwrite) or delete it")
 
 
 def _ours(lease: dict[str, Any] | None, identity: str, token: int) -> bool:

@@ -153,7 +153,7 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     status = transitions.stamped(o, now)
     degraded = status.condition(st.ConditionType.DEGRADED)
     changes: list[conditions.Cond] = []
-    if degraded and degraded.reason == st.Reason.LOCK_TIMEOUT.value:
+    if degraded and degraded.reason in (st.Reason.LOCK_TIMEOUT.value, st.Reason.LEASE_OUTSIDE_VIEW.value):
         changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "lifecycle Lease acquired"))
     latest = max(status.latest_generation, t.to or 0)
     update: dict[str, object] = {"transition": t, "latest_generation": latest}

@@ -62,6 +62,17 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
         # the version read.
         planned = then()
         return dataclasses.replace(planned, lease_free=True, note=f"{planned.note} (no Lease: the namespace is being deleted)")
+    if o.lease_outside_view is not None and lease.free():
+        # Our create met a Lease the label-selected view does not show: said once (a status
+        # write on the version read, as LockTimeout's), then the create is tried again, backed
+        # off, so a Lease labelled again or deleted is taken as usual.
+        degraded = status.condition(st.ConditionType.DEGRADED)
+        if not (degraded and degraded.status == "True" and degraded.reason == st.Reason.LEASE_OUTSIDE_VIEW.value
+                and degraded.message == o.lease_outside_view):
+            said = conditions.with_conditions(
+                status, o, now, (st.ConditionType.DEGRADED, True, st.Reason.LEASE_OUTSIDE_VIEW, o.lease_outside_view))
+            return p.Plan((p.WriteStatus(said), p.Event("Warning", st.Reason.LEASE_OUTSIDE_VIEW.value, o.lease_outside_view)),
+                          0, "Lease outside the view: said")
     if lease.free() or lease.holder == o.identity:
         # Free, expired, or naming this identity without this process holding it (a restart
         # under the same name): take it with a new token, so older writes stay fenced.

@@ -149,7 +149,7 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
                                             st.Reason.NAME_CONFLICT.value, st.Reason.INVALID_SPEC.value, st.Reason.UNKNOWN_STEP.value,
                                             st.Reason.SERVICE_ERROR.value):
             changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "no conflict, referenced config present, spec readable"))
-        elif degraded and degraded.reason == st.Reason.LOCK_TIMEOUT.value:
+        elif degraded and degraded.reason in (st.Reason.LOCK_TIMEOUT.value, st.Reason.LEASE_OUTSIDE_VIEW.value):
             changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "lifecycle Lease acquired"))
     new = conditions.with_conditions(conditions.initial_conditions(status, o, now), o, now, *changes)
     if new == status:

@@ -20,11 +20,17 @@ def pending_reset(
     When it is first seen, the holder persists it with the time (status.pendingReset), so the
     bound holds across replicas and restarts. Within the bound: seconds left (it is re-checked
     against the then-current generation once the transition ends). Past it: refused as stale,
-    touching nothing. No reset annotation: Nothing.
+    touching nothing. The reset a Reset transition carries out (its value is the transition's
+    `from`) is removed without a word. No reset annotation: Nothing.
     """
     value = o.annotations.get(names.ANN_RESET)
     if value is None:
         return transitions.Nothing()
+    if t.trigger == st.Trigger.RESET and value.strip() == str(t.from_):
+        # The reset this transition carries out: its begin plan failed after the status write,
+        # before removing the annotation. Consumed, not stale.
+        return transitions.Act(p.Plan((p.RemoveAnnotation(names.ANN_RESET, value),), 0,
+                                      "reset under way: annotation consumed"))
     pending = o.status.pending_reset
     if pending is None or pending.value != value:
         if o.shutting_down and not lease.held_here(o):

@@ -109,6 +109,10 @@ class Observed(base.Model):
     # A Lease create was refused because the runtime's namespace is being deleted: nothing can be
     # created there again, by anyone (pods included), so a deletion finishes without the Lease.
     namespace_terminating: bool = False
+    # Our Lease create was refused as AlreadyExists while the label-selected view shows no Lease:
+    # one without the label `baton.dev/runtime=<rt>` holds the name (a person edited it off). The
+    # message names the Lease and what to do; None once a Lease was acquired.
+    lease_outside_view: str | None = None
     # The API server refused the last write of the runtime's Service (not a conflict): its message.
     service_error: str | None = None
     # The spec could not be read (a malformed field the CRD let through); `spec` then holds

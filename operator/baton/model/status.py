@@ -62,6 +62,7 @@ class Reason(str, enum.Enum):
     INVALID_SPEC = "InvalidSpec"
     UNKNOWN_STEP = "UnknownStep"
     SERVICE_ERROR = "ServiceError"
+    LEASE_OUTSIDE_VIEW = "LeaseOutsideView"  # Degraded: the Lease exists, but not with our label
     WAITING_FOR_IDLE = "WaitingForIdle"  # UpdatePending: policy WhenIdle
     WAITING_FOR_RESET = "WaitingForReset"  # UpdatePending: policy Manual
     UP_TO_DATE = "UpToDate"  # UpdatePending=False

@@ -217,7 +217,7 @@ def test_api_errors_are_byte_identical(api: type[FakeCustomObjects], failure: st
     assert [code, out.getvalue(), err.getvalue()] == GOLDEN["errors"][failure]
 
 
-@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "version"])
+@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "release", "version"])
 def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps at the terminal's width
@@ -226,3 +226,28 @@ def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[
     assert exc.value.code == 0
     assert capsys.readouterr().out == GOLDEN["help"][str(verb)]
 
+
+
+def test_release_removes_only_batons_finalizer_and_retries_a_conflict(api: type[FakeCustomObjects]) -> None:
+    api.objects[("agents", "search")]["metadata"]["finalizers"] = ["example.com/keep", "baton.dev/retire"]
+    api.objects[("agents", "stuck")]["metadata"]["finalizers"] = ["baton.dev/retire"]
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["release", "--yes", "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=out,
+                    stderr=err) == 0, err.getvalue()
+    assert out.getvalue() == "toolruntime agents/search released\ntoolruntime agents/stuck released\n"
+    assert [c[5:] for c in api.calls if c[0] == "patch"] == [
+        ("search", {"metadata": {"finalizers": ["example.com/keep"], "resourceVersion": "7"}}),
+        ("stuck", {"metadata": {"finalizers": [], "resourceVersion": "7"}})]
+    # Without a terminal and without --yes: refused, nothing written.
+    api.calls.clear()
+    err = io.StringIO()
+    assert cli.main(["release", "-A", "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=io.StringIO(),
+                    stderr=err) == 1
+    assert "pass --yes" in err.getvalue() and not [c for c in api.calls if c[0] == "patch"]
+    # A conflict: read again and tried again, then reported in one line after five tries.
+    api.fail_patch = 409
+    err = io.StringIO()
+    assert cli.main(["release", "stuck", "--yes", "--kubeconfig", api.kubeconfig], stdin=io.StringIO(),
+                    stdout=io.StringIO(), stderr=err) == 1
+    assert len([c for c in api.calls if c[0] == "patch"]) == 5
+    assert err.getvalue() == "error: the toolruntime changed while this ran; try again\n"

@@ -139,7 +139,7 @@ def test_confirm_without_a_terminal_needs_yes() -> None:
     assert err.getvalue() == ""
 
 
-@pytest.mark.parametrize("verb", ["list", "status", "history", "reset", "force-recover", "version"])
+@pytest.mark.parametrize("verb", ["list", "status", "history", "reset", "force-recover", "release", "version"])
 def test_every_verb_has_its_own_help(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main([verb, "--help"])
@@ -147,8 +147,8 @@ def test_every_verb_has_its_own_help(verb: str, capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert out.startswith(f"usage: kubectl baton {verb} ")
     assert "-o {text,json,yaml}" in out and "--kubeconfig" in out
-    assert ("--all-namespaces" in out) == (verb == "list")
-    assert ("--yes" in out) == (verb == "force-recover")
+    assert ("--all-namespaces" in out) == (verb in ("list", "release"))
+    assert ("--yes" in out) == (verb in ("force-recover", "release"))
 
 
 def test_flags_before_or_after_the_name() -> None:

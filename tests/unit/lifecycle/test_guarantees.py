@@ -264,6 +264,20 @@ def test_reset_mid_transition_is_recorded_then_refused_after_lock_seconds() -> N
                                          Rec(M.STALE_VERBS, (("verb", "reset"),))], 0)
 
 
+def test_the_reset_a_transition_carries_out_is_consumed_not_reported_stale() -> None:
+    """A Reset handoff whose begin plan failed after its status write (the Service refused)
+    left the annotation: it is removed quietly, never a StaleReset (issue 23)."""
+    t = b.transition(S.DRAINING, trigger=T.RESET)
+    o = b.observed(status_=b.in_flight(t), pods=(OLD_QUIET,), desired_hash=b.HASH, annotations={RESET: "7"},
+                   spec_=b.spec(probe=True))
+    check_plan(decide(o, NOW), [Unannotate(RESET, "7")], 0)
+    waited = o.model_copy(update={"status": b.in_flight(t, pending_reset=st.PendingReset(value="7", since=at(-60)))})
+    check_plan(decide(waited, NOW), [Unannotate(RESET, "7")], 0)
+    # A reset of another generation (or during another kind of transition) still waits, bounded.
+    other = o.model_copy(update={"annotations": {RESET: "8"}})
+    assert not [a for a in decide(other, NOW).actions if isinstance(a, p.RemoveAnnotation)]
+
+
 def test_a_recorded_reset_refused_once_idle_leaves_no_pending_reset() -> None:
     """A reset recorded mid-transition and refused as stale once the transition ended (its
     annotation removed without the Lease): the next pass clears status.pendingReset under the

@@ -18,6 +18,9 @@ from .shapes import C, DEL_FIN, FORCED_AWAIT, M, NOW, OLD_DELETING, OLD_QUIET, O
 pytestmark = pytest.mark.unit
 
 
+OUTSIDE = ("Lease agents/baton-search-mcp exists with no label baton.dev/runtime, so Baton does not see it: label it "
+           "(kubectl -n agents label lease baton-search-mcp baton.dev/runtime=search-mcp --overwrite) or delete it")
+
 # 6. The Lease and fencing -------------------------------------------------------------------------
 
 LEASE = [
@@ -74,6 +77,21 @@ LEASE = [
          b.observed(status_=b.status(conditions=b.steady_conditions(
              7, Degraded=b.cond(C.DEGRADED, True, "LockTimeout", since=at(-29))))),
          [WS({"Degraded": ("False", "Healthy"), "Degraded.last_transition_time": NOW, "transition": None})], 0),
+    # A Lease outside the label-selected view (issue 23): our create met AlreadyExists.
+    case("lease-outside-view-said-once-naming-it",
+         b.observed(desired_hash=b.HASH2, lease=b.NO_LEASE, lease_outside_view=OUTSIDE),
+         [WS({"Degraded": ("True", "LeaseOutsideView"), "Degraded.message": OUTSIDE, "transition": None}),
+          Ev("Warning", "LeaseOutsideView", "Lease agents/baton-search-mcp")], 0),
+    case("lease-outside-view-already-said-tries-again",
+         b.observed(desired_hash=b.HASH2, lease=b.NO_LEASE, lease_outside_view=OUTSIDE,
+                    status_=b.status(conditions=b.steady_conditions(
+                        7, Degraded=b.cond(C.DEGRADED, True, "LeaseOutsideView", OUTSIDE, since=at(-29))))),
+         [p.AcquireLease(token=6)], 0),
+    case("lease-outside-view-cleared-when-transition-begins",
+         b.observed(desired_hash=b.HASH2, lease=b.lease_mine(6),
+                    status_=b.status(conditions=b.steady_conditions(
+                        7, Degraded=b.cond(C.DEGRADED, True, "LeaseOutsideView", OUTSIDE, since=at(-29))))),
+         [WS(handoff(fencing_token=6, Degraded=("False", "Healthy"))), *stopped_and_started("Handoff")], 0),
 ]
 
 
