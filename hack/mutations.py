@@ -86,8 +86,8 @@ MUTATIONS = [
     Mutation(
         "drop-drain-deadline", "Draining waits for the probe with no deadline",
         "operator/baton/lifecycle/retire.py",
-        (("    if t.deadline is not None and now >= t.deadline:\n        why = \"the drain probe did not answer 200\"",
-          "    if False:\n        why = \"the drain probe did not answer 200\""),),
+        (("    if t.deadline is not None and now >= t.deadline:\n        parts: list[str] = []",
+          "    if False:\n        parts: list[str] = []"),),
     ),
     Mutation(
         "forget-uid-precondition", "a pod delete without preconditions.uid",

@@ -176,6 +176,8 @@ class Transition(base.Model):
     step_started_at: datetime.datetime
     deadline: datetime.datetime | None = None
     drain_incomplete: bool = False
+    # What the drain did not do, for the history entry: calls cut at the budget, or not waited for.
+    drain_note: str | None = None
     forced: bool = False
     message: str | None = None
     attempt: int | None = None  # refusals of this step by the API server (pod creation)
