@@ -90,6 +90,12 @@ MUTATIONS = [
           "    if False:\n        parts: list[str] = []"),),
     ),
     Mutation(
+        "seal-without-confirmation", "StoppingAdmission completes before every live gateway replica confirmed the seal",
+        "operator/baton/lifecycle/retire.py",
+        (("        if not o.gateway_sealed:\n            # The seal invariant",
+          "        if False:\n            # The seal invariant"),),
+    ),
+    Mutation(
         "forget-uid-precondition", "a pod delete without preconditions.uid",
         "operator/baton/k8s/pods.py",
         (("    body = {\"gracePeriodSeconds\": grace_seconds, \"preconditions\": {\"uid\": uid}}",
