@@ -111,11 +111,18 @@ def draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
         return _retire_done(o, t, now)
     probe = o.spec.drain.probe
     gateway = _gateway(o)
-    probe_idle = probe is None or bool(o.drain_idle)
+    misconfigured = probe is not None and o.drain_probe_misconfigured
+    # A probe the tool has no endpoint for is not a busy tool: it is said, and not waited for.
+    probe_idle = probe is None or bool(o.drain_idle) or misconfigured
     calls_done = not gateway or o.gateway_inflight == 0
     if probe is None and not gateway:
         return _terminate(o, t, now, old, drain_note=NOT_DRAINED)  # resumed after the gateway was turned off
     if probe_idle and calls_done:
+        if misconfigured:
+            msg = create.drain_probe_misconfigured_message(o)
+            return _terminate(o, t, now, old, message=msg,
+                              drain_note=None if gateway else _note(f"not drained: {msg}"),
+                              extra=(p.Event("Warning", st.Reason.DRAIN_PROBE_MISCONFIGURED.value, msg),))
         return _terminate(o, t, now, old)
     if t.deadline is not None and now >= t.deadline:
         parts: list[str] = []

@@ -84,6 +84,9 @@ class Observed(base.Model):
     # Only read while draining, by the Lease holder: did the drain probe answer 200?
     drain_idle: bool | None = None
     drain_probe_error: str | None = None  # why the last probe did not count as idle
+    # The drain probe answered 404, 405 or 501 (no such endpoint): misconfigured, never "busy".
+    # Asked while Draining, and once of a new generation's pod when it becomes Ready.
+    drain_probe_misconfigured: bool = False
     # (Also while a change waits for idle under handoff policy WhenIdle, then of the serving pod.)
     # When this process last probed the serving pod for a waiting change (its own clock).
     idle_checked_at: datetime.datetime | None = None

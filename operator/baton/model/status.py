@@ -62,6 +62,7 @@ class Reason(str, enum.Enum):
     INVALID_SPEC = "InvalidSpec"
     UNKNOWN_STEP = "UnknownStep"
     SERVICE_ERROR = "ServiceError"
+    DRAIN_PROBE_MISCONFIGURED = "DrainProbeMisconfigured"  # Degraded, event: the probe's path is not the tool's
     WAITING_FOR_IDLE = "WaitingForIdle"  # UpdatePending: policy WhenIdle
     WAITING_FOR_RESET = "WaitingForReset"  # UpdatePending: policy Manual
     UP_TO_DATE = "UpToDate"  # UpdatePending=False

@@ -17,7 +17,7 @@ from baton.model import status as st
 
 from .. import builders as b
 from ..expect import WS, Ev, NewPod, Rec, case, check_decide, step_time
-from .shapes import M, NOW, OLD_QUIET, S, at, name, retiring
+from .shapes import M, NOW, OLD_QUIET, S, at, connecting, name, retiring
 
 pytestmark = pytest.mark.unit
 
@@ -135,6 +135,38 @@ WITHOUT = [
          [WS({"transition.step": "Terminating"}), *TERMINATE], 0),
 ]
 
+# A drain probe the tool has no endpoint for (404, 405, 501): said, and never waited for as "busy".
+PROBE = b.spec(probe=True)
+MISCONFIGURED = [
+    case("misconfigured-probe-ends-the-drain-at-once-and-says-so",
+         gw(S.DRAINING, spec=PROBE, drain_idle=False, drain_probe_misconfigured=True,
+            drain_probe_error="answered 404: the tool has no such endpoint"),
+         [WS({"transition.step": "Terminating", "transition.drain_incomplete": False,
+              "transition.drain_note": "not drained: spec.drain.probe GET /idle on port 8080 answered 404: the tool "
+              "has no such endpoint: a drain cannot ask it, so it will not wait for calls in flight; fix the path "
+              "or remove the probe"}),
+          step_time("Draining", 10.0), Ev("Warning", "DrainProbeMisconfigured", "answered 404"),
+          p.DeletePod(name(7), "uid-7", 30)], 0),
+    case("misconfigured-probe-with-the-gateway-still-waits-for-the-calls",
+         gw(S.DRAINING, spec=GW_PROBE, drain_idle=False, drain_probe_misconfigured=True, gateway_inflight=1),
+         [], retire.GATEWAY_POLL_SECONDS),
+    case("misconfigured-probe-with-the-gateway-ends-when-the-calls-do",
+         gw(S.DRAINING, spec=GW_PROBE, drain_idle=False, drain_probe_misconfigured=True, gateway_inflight=0),
+         [WS({"transition.step": "Terminating", "transition.drain_note": None}), step_time("Draining", 10.0),
+          Ev("Warning", "DrainProbeMisconfigured", "GET /idle"), p.DeletePod(name(7), "uid-7", 30)], 0),
+    case("a-new-generation-with-a-misconfigured-probe-is-ready-and-degraded",
+         b.observed(status_=connecting(), pods=(b.pod(8),), spec_=PROBE, desired_hash=b.HASH2,
+                    drain_probe_misconfigured=True, drain_probe_error="answered 405: the tool has no such endpoint"),
+         [WS({"current.generation": 8, "transition": None, "Ready": ("True", "GenerationReady"),
+              "Degraded": ("True", "DrainProbeMisconfigured")}),
+          step_time("Connecting"), Ev("Normal", "GenerationReady", "generation 8"),
+          Ev("Warning", "DrainProbeMisconfigured", "answered 405")], 0),
+    case("a-new-generation-with-a-good-probe-is-healthy",
+         b.observed(status_=connecting(), pods=(b.pod(8),), spec_=PROBE, desired_hash=b.HASH2),
+         [WS({"current.generation": 8, "Ready": ("True", "GenerationReady")}), step_time("Connecting"),
+          Ev("Normal", "GenerationReady", "generation 8")], 0),
+]
+
 # History: what the generation's entry says once its pod is gone.
 HISTORY = [
     case("history-says-calls-were-cut",
@@ -154,7 +186,7 @@ HISTORY = [
 ]
 
 
-@pytest.mark.parametrize("o,now,expected,wait", SEAL + DRAIN + WITHOUT + HISTORY)
+@pytest.mark.parametrize("o,now,expected,wait", SEAL + DRAIN + WITHOUT + MISCONFIGURED + HISTORY)
 def test_gateway_retire(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
     check_decide(o, now, expected, wait)
 
