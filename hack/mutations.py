@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
 # decide()'s own tables (the room-by-room files, the guarantees, the pin gate).
 UNIT = [f"tests/unit/lifecycle/test_{room}.py" for room in (
-    "idle", "retire", "create", "lease", "deletion", "dispatch", "conditions", "scenarios", "guarantees", "pins_gate")]
+    "idle", "retire", "create", "lease", "deletion", "dispatch", "conditions", "scenarios", "guarantees", "pins_gate",
+    "gateway_seal")]
 MODEL = ["tests/model"]
 
 
