@@ -22,7 +22,7 @@ import time
 from typing import Any, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, metrics, probing, reconcile, triggers
+from baton import drainprobe, execute, metrics, probing, reconcile, sealing, triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
@@ -55,6 +55,7 @@ class Controller:
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
             probes=self.probes, clock=clock, configs=self.configs,
+            gateways=sealing.ApiGateways(namespace=settings.system_namespace, clock=clock),
         )
         held = self.executor.leases.held
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes

@@ -2,8 +2,9 @@
 (`Probes`, owned by the controller), and the last answer as the pass's Observed. Does I/O only
 through the prober it is given (baton.drainprobe's HTTP GET), on tasks of its own.
 
-Two probes: the retiring pod's while a transition is Draining, and the serving pod's when a
-change waits for idle (handoff policy WhenIdle) and a check is due. Only the Lease holder
+Three probes: the retiring pod's while a transition is Draining, the serving pod's when a
+change waits for idle (handoff policy WhenIdle) and a check is due, and the new pod's once as it
+becomes current (a path the tool does not have, 404/405/501, is a misconfiguration said at once). Only the Lease holder
 starts one: other replicas never dial the pod.
 
 A pass never waits for a probe (a tool that hangs until timeoutSeconds would hold a worker,
@@ -45,6 +46,7 @@ class Prober(Protocol):
 class Purpose(str, enum.Enum):
     DRAIN = "drain"  # the retiring pod, while Draining
     IDLE_CHECK = "idle-check"  # the serving pod, while a change waits for idle (WhenIdle)
+    READY_CHECK = "ready-check"  # the new pod once, as it becomes current: is the probe's path there?
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +192,23 @@ def observe(snap: snapshot.Snapshot, *, key: Key, probes: Probes, holds: bool,
                 probes.start(key, ask, pod=retiring, probe=probe, seconds=left)
         if got is None:
             return o.model_copy(update={"drain_idle": False, "drain_probe_error": NO_ANSWER_YET})
-        return o.model_copy(update={"drain_idle": got.result.idle, "drain_probe_error": got.result.error})
+        return o.model_copy(update={"drain_idle": got.result.idle, "drain_probe_error": got.result.error,
+                                    "drain_probe_misconfigured": got.result.misconfigured})
+    if t is not None and t.step == status_mod.Step.CONNECTING and t.to_uid and holds:
+        # Checked once per generation, before the pass that makes it current (Ready and labelled
+        # serving): a probe on a path the tool does not have is said now, not at the next drain.
+        pod = o.pod_by_uid(t.to_uid)
+        raw = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.to_uid), None)
+        if pod is None or not (pod.ready and pod.serving) or raw is None:
+            return o
+        ask = Ask(t.to_uid, Purpose.READY_CHECK, t.step_started_at)
+        got = probes.answer(key, ask)
+        if got is not None:
+            return o.model_copy(update={"drain_probe_misconfigured": got.result.misconfigured,
+                                        "drain_probe_error": got.result.error})
+        if probes.in_flight(key) != ask:
+            probes.start(key, ask, pod=raw, probe=probe, seconds=float(probe.timeout_seconds))
+        return o.model_copy(update={"drain_probe_checking": True})
     current, pending = o.status.current, o.status.pending
     if (t is None and pending is not None and current is not None
             and o.spec.handoff.policy == spec_model.HandoffPolicy.WHEN_IDLE):

@@ -1,6 +1,6 @@
-"""One pass of one runtime: memory → snapshot → probe answers → decide → execute → Result. Does
-I/O (through baton.cache and baton.execute; probes it needs are started on the Probes runner,
-never waited for).
+"""One pass of one runtime: memory → snapshot → probe answers → gateway seal → decide → execute →
+Result. Does I/O (through baton.cache, baton.execute and the gateways; probes it needs are started
+on the Probes runner, never waited for).
 
 The pass knows one runtime and returns what the queue should do as a Result; it never imports
 the controller (`wake` is a parameter). What the run of a plan learnt comes back as an Outcome
@@ -14,7 +14,7 @@ import logging
 from typing import Callable
 
 from baton import clock as clock_mod
-from baton import execute, lifecycle, metrics, probing, triggers
+from baton import execute, lifecycle, metrics, probing, sealing, triggers
 from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.lifecycle import manifests, plan
@@ -73,6 +73,7 @@ class Reconciler:
     def __init__(
         self, *, identity: str, lease_seconds: int, backoff_base_seconds: float, views: views_mod.Views,
         executor: execute.Executor, probes: probing.Probes, clock: clock_mod.Clock, configs: triggers.ConfigIndex,
+        gateways: sealing.Gateways | None = None,
     ) -> None:
         self.identity = identity
         self.lease_seconds = lease_seconds
@@ -80,6 +81,7 @@ class Reconciler:
         self.views = views
         self.executor = executor
         self.probes = probes
+        self.gateways = gateways
         self.clock = clock
         self.configs = configs
         self.memories: dict[Key, Memory] = {}
@@ -116,6 +118,7 @@ class Reconciler:
         # Never waits for a probe: a due one is started apart, its answer wakes the runtime again.
         snap.observed = o = probing.observe(snap, key=key, probes=self.probes, holds=leases.holds(key), clock=self.clock)
         memory.idle_checked_at = o.idle_checked_at
+        snap.observed = o = await sealing.observe(o, gateways=self.gateways, holds=leases.holds(key))
         t = o.status.transition
         b = o.spec.budgets
         pin_wait = b.pin_seconds if t is not None and t.pin_wait_since is not None else 0
