@@ -62,6 +62,9 @@ class Settings:
     # resort for what no watch event reports (a pod whose labels were edited away going, a
     # foreign object removed).
     resync_seconds: int = 300
+    # The file holding the installation's digest key (the chart mounts its Secret there): every
+    # digest of referenced ConfigMap/Secret data is an HMAC under it. Required at startup.
+    digest_key_file: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -90,4 +93,5 @@ class Settings:
             watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
             resync_seconds=_bounded(e, "BATON_RESYNC_SECONDS", 300, 5, 86400),
+            digest_key_file=e.get("BATON_DIGEST_KEY_FILE", "").strip(),
         )
