@@ -82,6 +82,8 @@ def test_nothing_baton_writes_carries_an_unkeyed_digest_of_a_referenced_secret(
         "events": " ".join(f"{e.reason} {e.message}" for e in rts.events("pinned")),
         "operator log": op.log_text(),
     }
+    leases = client.CoordinationV1Api(cluster.api_client).list_namespaced_lease(namespace).items
+    texts["Leases"] = json.dumps(cluster.api_client.sanitize_for_serialization(leases))
     for what, value in old.items():
         for where, text in texts.items():
             assert value not in text, f"the unkeyed {what} of Secret/pin appears in the {where}"
@@ -137,7 +139,8 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
         """An annotation Baton ignores: a watch event, so a pass reads the Secret now."""
         rts.annotate("rbac", "example.com/poke", value)
 
-    def condition_is(reason: str, status: str) -> bool:
+    def condition_is(reason: str, status: str, poked: str) -> bool:
+        poke(poked)
         c = rts.condition("rbac", "Degraded") or {}
         return c.get("reason") == reason and c.get("status") == status
 
@@ -150,7 +153,7 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
 
     # Revoked: reads are refused (403); Degraded says so; nothing hands off.
     rbac.delete_namespaced_role_binding("read-secrets", namespace)
-    wait_for(lambda: (poke("revoked"), condition_is("ConfigRefUnreadable", "True"))[1], timeout=60, interval=1,
+    wait_for(lambda: condition_is("ConfigRefUnreadable", "True", "revoked"), timeout=60, interval=1,
              what="Degraded=True ConfigRefUnreadable once Secret reads are refused")
     unreadable = rts.condition("rbac", "Degraded") or {}
     assert "Secret/pin" in unreadable.get("message", ""), unreadable
@@ -158,7 +161,7 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
     stays(same_generation, duration=8, what="generation 1 serving, unchanged hash, while reads are refused")
     # Restored: Degraded clears; still nothing hands off.
     rbac.create_namespaced_role_binding(namespace, read_binding)
-    wait_for(lambda: (poke("restored"), condition_is("Healthy", "False"))[1], timeout=60, interval=1,
+    wait_for(lambda: condition_is("Healthy", "False", "restored"), timeout=60, interval=1,
              what="Degraded cleared once Secret reads are allowed again")
     poke("restored-again")
     stays(same_generation, duration=8, what="generation 1 serving, unchanged hash, once reads are allowed again")
