@@ -135,9 +135,11 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
     degraded = rts.condition("rbac", "Degraded") or {}
     assert degraded.get("reason") != "ConfigRefUnreadable", degraded
 
+    pokes = iter(range(1000))
+
     def poke(value: str) -> None:
-        """An annotation Baton ignores: a watch event, so a pass reads the Secret now."""
-        rts.annotate("rbac", "example.com/poke", value)
+        """A new value of an annotation Baton ignores: a watch event, so a pass reads the Secret now."""
+        rts.annotate("rbac", "example.com/poke", f"{value}-{next(pokes)}")
 
     def condition_is(reason: str, status: str, poked: str) -> bool:
         poke(poked)
