@@ -106,12 +106,12 @@ def _operator_role(namespace: str) -> list[dict[str, Any]]:
     return rules
 
 
-def test_revoking_and_restoring_secret_reads_hands_nothing_off(
-        operators: Start, rts: Runtimes, namespace: str, cluster: Any, tmp_path: Path,
-        pod_watch: PodWatch) -> None:
-    core, rbac = rts.core, client.RbacAuthorizationV1Api(cluster.api_client)
-    core.create_namespaced_secret(namespace, _secret("pin", PIN))
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": "baton-op"}})
+def _operator_with_a_role(operators: Start, rts: Runtimes, namespace: str, cluster: Any, tmp_path: Path, *,
+                          read_secrets: bool) -> tuple[OperatorProcess, Callable[[bool], None]]:
+    """An operator on a ServiceAccount's token with the chart's namespaced rules, and a switch
+    for its Secret reads (a RoleBinding to a Role granting get on Secrets, created or deleted)."""
+    rbac = client.RbacAuthorizationV1Api(cluster.api_client)
+    rts.core.create_namespaced_service_account(namespace, {"metadata": {"name": "baton-op"}})
     subject = [{"kind": "ServiceAccount", "name": "baton-op", "namespace": namespace}]
     rbac.create_namespaced_role(namespace, {"metadata": {"name": "baton-op"}, "rules": _operator_role(namespace)})
     rbac.create_namespaced_role_binding(namespace, {
@@ -121,13 +121,45 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]})
     read_binding = {"metadata": {"name": "read-secrets"}, "subjects": subject,
                     "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-secrets"}}
-    rbac.create_namespaced_role_binding(namespace, read_binding)
+
+    def allow(yes: bool) -> None:
+        if yes:
+            rbac.create_namespaced_role_binding(namespace, read_binding)
+        else:
+            rbac.delete_namespaced_role_binding("read-secrets", namespace)
+
+    if read_secrets:
+        allow(True)
     token = cluster.sa_token(namespace, "baton-op", expiration_seconds=1800)
     kubeconfig = sa_kubeconfig(cluster, token, tmp_path / "baton-op.kubeconfig")
     # No ConfigMap/Secret watch (as the chart sets it without list/watch): every pass GETs the
     # referenced Secret, so the Role decides what the operator may read.
     op = operators("op-rbac", kubeconfig=kubeconfig,
                    env={"BATON_WATCH_SECRETS": "false", "BATON_WATCH_CONFIGMAPS": "false"})
+    return op, allow
+
+
+class Poker:
+    """New values of an annotation Baton ignores: each a watch event, so a pass reads the Secret now."""
+
+    def __init__(self, rts: Runtimes, name: str) -> None:
+        self.rts, self.name, self.n = rts, name, 0
+
+    def poke(self) -> None:
+        self.n += 1
+        self.rts.annotate(self.name, "example.com/poke", str(self.n))
+
+    def degraded_is(self, reason: str, status: str) -> bool:
+        self.poke()
+        c = self.rts.condition(self.name, "Degraded") or {}
+        return c.get("reason") == reason and c.get("status") == status
+
+
+def test_revoking_and_restoring_secret_reads_hands_nothing_off(
+        operators: Start, rts: Runtimes, namespace: str, cluster: Any, tmp_path: Path,
+        pod_watch: PodWatch) -> None:
+    rts.core.create_namespaced_secret(namespace, _secret("pin", PIN))
+    op, allow = _operator_with_a_role(operators, rts, namespace, cluster, tmp_path, read_secrets=True)
     rts.create(_referencing("rbac", "pin"))
     st1 = rts.wait_ready("rbac", 1, timeout=90)
     pod1 = rts.gen_pod("rbac", 1)
@@ -135,16 +167,7 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
     degraded = rts.condition("rbac", "Degraded") or {}
     assert degraded.get("reason") != "ConfigRefUnreadable", degraded
 
-    pokes = iter(range(1000))
-
-    def poke(value: str) -> None:
-        """A new value of an annotation Baton ignores: a watch event, so a pass reads the Secret now."""
-        rts.annotate("rbac", "example.com/poke", f"{value}-{next(pokes)}")
-
-    def condition_is(reason: str, status: str, poked: str) -> bool:
-        poke(poked)
-        c = rts.condition("rbac", "Degraded") or {}
-        return c.get("reason") == reason and c.get("status") == status
+    p = Poker(rts, "rbac")
 
     def same_generation() -> bool:
         st = rts.status("rbac")
@@ -154,22 +177,58 @@ def test_revoking_and_restoring_secret_reads_hands_nothing_off(
                 and pod is not None and pod.metadata.uid == pod1.metadata.uid and rts.gen_pod("rbac", 2) is None)
 
     # Revoked: reads are refused (403); Degraded says so; nothing hands off.
-    rbac.delete_namespaced_role_binding("read-secrets", namespace)
-    wait_for(lambda: condition_is("ConfigRefUnreadable", "True", "revoked"), timeout=60, interval=1,
+    allow(False)
+    wait_for(lambda: p.degraded_is("ConfigRefUnreadable", "True"), timeout=60, interval=1,
              what="Degraded=True ConfigRefUnreadable once Secret reads are refused")
     unreadable = rts.condition("rbac", "Degraded") or {}
     assert "Secret/pin" in unreadable.get("message", ""), unreadable
-    poke("revoked-again")
+    p.poke()
     stays(same_generation, duration=8, what="generation 1 serving, unchanged hash, while reads are refused")
     # Restored: Degraded clears; still nothing hands off.
-    rbac.create_namespaced_role_binding(namespace, read_binding)
-    wait_for(lambda: condition_is("Healthy", "False", "restored"), timeout=60, interval=1,
+    allow(True)
+    wait_for(lambda: p.degraded_is("Healthy", "False"), timeout=60, interval=1,
              what="Degraded cleared once Secret reads are allowed again")
-    poke("restored-again")
+    p.poke()
     stays(same_generation, duration=8, what="generation 1 serving, unchanged hash, once reads are allowed again")
     assert pod_watch.assert_one_at_a_time("rbac") == [1]
     assert rts.status("rbac")["current"]["parts"] == st1["current"]["parts"]
     assert op.metric("baton_handoffs_total") == 0
+
+
+def test_a_secret_unreadable_from_the_first_is_adopted_once_readable_without_a_handoff(
+        operators: Start, rts: Runtimes, namespace: str, cluster: Any, tmp_path: Path,
+        pod_watch: PodWatch) -> None:
+    """First sight unreadable: the part is "unseen"; readable later, its value then becomes
+    generation 1's (same pod, no handoff); a later change of its data hands off."""
+    rts.core.create_namespaced_secret(namespace, _secret("pin", PIN))
+    op, allow = _operator_with_a_role(operators, rts, namespace, cluster, tmp_path, read_secrets=False)
+    rts.create(_referencing("late", "pin"))
+    st1 = rts.wait_ready("late", 1, timeout=90)
+    assert st1["current"]["parts"]["Secret/pin"] == "unseen", st1["current"]
+    p = Poker(rts, "late")
+    wait_for(lambda: p.degraded_is("ConfigRefUnreadable", "True"), timeout=60, interval=1,
+             what="Degraded=True ConfigRefUnreadable while Secret reads are refused")
+    pod1 = rts.gen_pod("late", 1)
+    assert pod1 is not None
+    allow(True)
+
+    def adopted() -> dict[str, Any] | None:
+        p.poke()
+        cur = rts.status("late").get("current") or {}
+        return cur if len((cur.get("parts") or {}).get("Secret/pin", "")) == 20 else None
+
+    cur = wait_for(adopted, timeout=60, interval=1, what="the Secret's part adopted once readable")
+    assert cur["uid"] == pod1.metadata.uid and cur["generation"] == 1
+    assert cur["templateHash"] != st1["current"]["templateHash"], "the hash now carries the Secret's part"
+    wait_for(lambda: p.degraded_is("Healthy", "False"), timeout=60, interval=1, what="Degraded cleared")
+    stays(lambda: rts.gen_pod("late", 2) is None and (rts.gen_pod("late", 1) or pod1).metadata.uid == pod1.metadata.uid,
+          duration=6, what="no handoff on adoption")
+    # Tracked from now on: a change of the Secret's data hands off once.
+    rts.core.patch_namespaced_secret("pin", namespace, _secret("pin", "4321"))
+    p.poke()  # no Secret watch here (the chart's setting without list/watch): a pass must read it
+    rts.wait_ready("late", 2, timeout=60)
+    assert pod_watch.assert_one_at_a_time("late") == [1, 2]
+    assert op.metric("baton_handoffs_total") == 1
 
 
 def test_replicas_sharing_the_key_agree_and_another_key_does_not(
