@@ -40,7 +40,7 @@ if not __package__:  # run by path: dev (and tests) are importable from the root
 
 from kubernetes import client, config
 
-from dev import process
+from dev import digestkey, process
 from dev.crds import wait_established
 from dev.ports import free_port
 from dev.wait import wait_for
@@ -191,7 +191,7 @@ def main() -> int:
         health = free_port()
         env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID="bench", BATON_NAMESPACES=NS,
                    BATON_METRICS_BIND=f"127.0.0.1:{free_port()}", BATON_HEALTH_BIND=f"127.0.0.1:{health}",
-                   BATON_LOG_LEVEL="WARNING")
+                   BATON_LOG_LEVEL="WARNING", BATON_DIGEST_KEY_FILE=digestkey.ensure(work / "digest.key"))
         op = subprocess.Popen([py, "-m", "baton"], env=env, stdout=open(work / "operator.log", "wb"),
                               stderr=subprocess.STDOUT)
 

@@ -33,7 +33,7 @@ if not __package__:  # run by path: dev (and tests) are importable from the root
 
 from kubernetes import client, config
 
-from dev import process
+from dev import digestkey, process
 from dev.crds import wait_established
 from dev.ports import free_port
 from dev.wait import wait_for
@@ -134,7 +134,8 @@ def main() -> int:
             metrics_ports.append(mport)
             env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=f"scale-{r}", BATON_NAMESPACES=NS_B,
                        BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
-                       BATON_LOG_LEVEL="WARNING", BATON_WORKERS=str(args.workers))
+                       BATON_LOG_LEVEL="WARNING", BATON_WORKERS=str(args.workers),
+                       BATON_DIGEST_KEY_FILE=digestkey.ensure(work / "digest.key"))
             argv = [py, "-m", "baton"]
             if args.profile and r == 0:
                 spy = str(Path(py).parent / "py-spy")

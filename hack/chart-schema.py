@@ -179,6 +179,8 @@ schema: dict[str, Any] = {
     "rbac": obj({"create": b(), "readConfigMaps": b(), "readSecrets": enum(["auto", "always", "never"]),
                  "confineWrites": b()}),
     "serviceAccount": obj({"create": b(), "name": s(), "annotations": strmap()}),
+    # A Secret's name (a DNS subdomain), or empty: the chart's own Secret.
+    "digestKey": obj({"existingSecret": s(pattern=r"^$|^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")}),
     "maxDrainSeconds": i(minimum=1, maximum=3600),
     "terminationGracePeriodSeconds": i(minimum=1, maximum=86400),
     "operator": obj({

@@ -17,7 +17,7 @@ from typing import Callable
 if not __package__:  # run by path: dev (and tests) are importable from the root only
     raise SystemExit("run it from the repository root as a module: python -m hack.demo ...")
 
-from dev import process
+from dev import digestkey, process
 from dev.ports import free_port
 from dev.wait import WaitTimeout, wait_for
 
@@ -108,7 +108,8 @@ def main() -> int:
         health = free_port()
         env = dict(ENV, BATON_INSTANCE_ID="demo", BATON_METRICS_BIND=f"127.0.0.1:{free_port()}",
                    BATON_HEALTH_BIND=f"127.0.0.1:{health}", BATON_LEASE_SECONDS="5",
-                   BATON_PROBE_ALLOWED_CIDRS="127.0.0.0/8")
+                   BATON_PROBE_ALLOWED_CIDRS="127.0.0.0/8",
+                   BATON_DIGEST_KEY_FILE=digestkey.ensure(DIR / "digest.key"))
         operator = subprocess.Popen([PY, "-m", "baton"], env=env, stdout=open(DIR / "operator.log", "wb"),
                                     stderr=subprocess.STDOUT, cwd=ROOT)
 

@@ -12,11 +12,24 @@ import baton
 from baton import faults as faults_mod
 from baton import activities, logs
 from baton import settings as settings_mod
-from baton.k8s import client
+from baton.k8s import client, configrefs
 
 if TYPE_CHECKING:
     # kopf exports no public name for its peer identity type (a NewType of str).
     from kopf._core.engines.peering import Identity
+
+
+def install_digest_key(settings: settings_mod.Settings) -> None:
+    """The installation's digest key, read once before anything digests referenced data. A file,
+    not a read of the Secret through the API: the kubelet mounts the same Secret into every
+    replica (so all agree on every hash), the operator needs no RBAC on Secrets of its own
+    namespace, and the key never passes through the API client or its logs."""
+    if not settings.digest_key_file:
+        raise configrefs.DigestKeyError(
+            "BATON_DIGEST_KEY_FILE is not set: it names the file holding the installation's digest key "
+            "(the Helm chart mounts its Secret there). Outside the chart, write one key for all replicas, "
+            "e.g. `head -c 48 /dev/urandom | base64 > digest.key`, and set BATON_DIGEST_KEY_FILE=digest.key")
+    configrefs.install_key(configrefs.load_key(settings.digest_key_file))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_mod.Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     logs.configure(settings.log_level)
     try:
+        install_digest_key(settings)
         client.load_config()
-    except ValueError as exc:
-        # A connection setting Baton cannot honour: refused before anything connects.
+    except (configrefs.DigestKeyError, ValueError) as exc:
+        # No digest key, or a connection setting Baton cannot honour: refused before anything connects.
         print(f"baton: {exc}", file=sys.stderr)
         return 2
     # Read once: the fault injection (tests only) and the clock it shifts, passed down from here.

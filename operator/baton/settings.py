@@ -64,6 +64,9 @@ class Settings:
     resync_seconds: int = 300
     # Where the gateway replicas register their Leases (the chart's release namespace).
     system_namespace: str = "default"
+    # The file holding the installation's digest key (the chart mounts its Secret there): every
+    # digest of referenced ConfigMap/Secret data is an HMAC under it. Required at startup.
+    digest_key_file: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -93,4 +96,5 @@ class Settings:
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
             resync_seconds=_bounded(e, "BATON_RESYNC_SECONDS", 300, 5, 86400),
             system_namespace=e.get("BATON_SYSTEM_NAMESPACE", "").strip() or "default",
+            digest_key_file=e.get("BATON_DIGEST_KEY_FILE", "").strip(),
         )

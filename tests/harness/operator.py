@@ -9,6 +9,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from dev.digestkey import ensure as ensure_digest_key
 from dev.ports import free_port
 from dev.wait import wait_for
 
@@ -36,6 +37,8 @@ class OperatorProcess:
             # Tests never dial pod IPs outside loopback (kwok-a's 192.0.2.0/24 is not ours).
             "BATON_PROBE_ALLOWED_CIDRS": "127.0.0.0/8",
             "PYTHONUNBUFFERED": "1",
+            # One key per log directory (a test's replicas share it, so they agree on every hash).
+            "BATON_DIGEST_KEY_FILE": ensure_digest_key(log_dir / "digest.key"),
         })
         self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None

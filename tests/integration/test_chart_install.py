@@ -9,6 +9,7 @@ being admitted there proves the securityContext passes it.
 """
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -259,10 +260,18 @@ def test_cluster_wide_install_least_privilege(cluster: Any, namespace: str, rele
     rows += [(v, r, "cluster", False) for v, r in CLUSTER_DENIED]
     table = check_matrix(cluster, user, rows, where, "cluster scope (defaults: watch all, readSecrets auto)")
     (tmp_path / "can-i-cluster.txt").write_text(table)
+    # The digest key: the chart's Secret, mounted (the operator itself may not read it), random,
+    # and the same after an upgrade (lookup): a new key would hand off every runtime with config.
+    core = client.CoreV1Api(cluster.api_client)
+    key = core.read_namespaced_secret(f"{release}-digest-key", release_ns).data["key"]
+    assert len(base64.b64decode(key)) == 64
+    assert not can_i(cluster, user, "get", "secrets", release_ns)
 
     upgraded = cluster.helm("upgrade", release, str(CHART), "-n", release_ns, "--reuse-values",
                             "--set", "rbac.readSecrets=always", "--wait", "--timeout", "60s", timeout=90)
     assert upgraded.returncode == 0
+    assert core.read_namespaced_secret(f"{release}-digest-key", release_ns).data["key"] == key, \
+        "the upgrade kept the digest key"
     assert can_i(cluster, user, "list", "secrets", "*"), "readSecrets=always grants Secrets cluster-wide"
     assert not can_i(cluster, user, "create", "secrets", namespace)
     uninstall_leaves_nothing(cluster, release, [release_ns])

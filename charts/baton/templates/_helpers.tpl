@@ -30,6 +30,11 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: baton
 {{- end -}}
 
+{{/* The Secret holding the digest key: digestKey.existingSecret, else the chart's own. */}}
+{{- define "baton.digestKeySecret" -}}
+{{- default (printf "%s-digest-key" (include "baton.fullname" .)) .Values.digestKey.existingSecret -}}
+{{- end -}}
+
 {{- define "baton.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "baton.fullname" .) .Values.serviceAccount.name -}}

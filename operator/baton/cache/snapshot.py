@@ -219,9 +219,10 @@ async def read_snapshot(
         memo.reads += 1
         svc = await services.read_service(namespace, name)
     refs = manifests.config_refs(spec.template) if spec_error is None else []
-    digest, missing, unreadable, config_parts = (
-        await configrefs.read_config_digest(namespace, refs, views.config_lookup, cache=views.config_digests)
-        if refs else ("", [], [], []))
+    digest, missing, unreadable, config_parts, adopt = (
+        await configrefs.read_config_digest(namespace, refs, views.config_lookup, cache=views.config_digests,
+                                            before=status.current.parts if status.current is not None else None)
+        if refs else ("", [], [], [], None))
     endpoints_listed: bool | None = None
     t = status.transition
     if t is not None and t.step == status_mod.Step.STOPPING_ADMISSION and spec.service is not None and t.from_uid:
@@ -242,6 +243,8 @@ async def read_snapshot(
         status=status,
         desired_hash=manifests.template_hash(spec.template, digest),
         desired_parts=(("template", manifests.template_hash(spec.template)), *config_parts),
+        adopt_hash=manifests.template_hash(spec.template, adopt[0]) if adopt is not None else None,
+        adopt_parts=(("template", manifests.template_hash(spec.template)), *adopt[1]) if adopt is not None else (),
         pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
         lease=lease_info(lease, facts.lease_duration_seconds, memo.lease_unchanged_seconds(lease, clock.monotonic())),
         service=service_info(svc, uid),

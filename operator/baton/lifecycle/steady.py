@@ -89,6 +89,12 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
         # behind would shorten the wait of a later reset with the same value.
         status = status.model_copy(update={"pending_reset": None})
     current = status.current
+    if current is not None and o.adopt_hash is not None and current.template_hash == o.desired_hash:
+        # An object unreadable when this generation started is readable now: its value now becomes
+        # the generation's (no handoff; a change made before this moment is not seen), so that
+        # its later changes are.
+        current = current.model_copy(update={"template_hash": o.adopt_hash, "parts": dict(o.adopt_parts)})
+        status = status.model_copy(update={"current": current})
     if (status.pending is not None or conditions.condition_true(status, st.ConditionType.UPDATE_PENDING)) and (
             current is None or current.template_hash == o.desired_hash):
         # The change was undone (or nothing serves to hold back): nothing waits any more.
@@ -143,7 +149,7 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
                                            and degraded.status == "True"):
         changes.append((st.ConditionType.DEGRADED, True, st.Reason.CONFIG_REF_UNREADABLE,
                         "not readable by Baton (see the chart's rbac values), so changes of their data "
-                        "start no handoff: " + ", ".join(sorted(o.unreadable_config_refs))))
+                        "start no handoff until Baton may read them again: " + ", ".join(sorted(o.unreadable_config_refs))))
     else:
         if degraded and degraded.reason in (st.Reason.CONFIG_REF_MISSING.value, st.Reason.CONFIG_REF_UNREADABLE.value,
                                             st.Reason.NAME_CONFLICT.value, st.Reason.INVALID_SPEC.value, st.Reason.UNKNOWN_STEP.value,

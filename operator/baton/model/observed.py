@@ -75,6 +75,12 @@ class Observed(base.Model):
     desired_hash: str
     # What desired_hash is built from: ("template", digest), ("ConfigMap/<name>", digest)...
     desired_parts: tuple[tuple[str, str], ...] = ()
+    # Set when the serving generation's parts hold a referenced object as "unseen" (unreadable when
+    # it started) and it is readable now: desired_hash keeps "unseen" (readability alone never
+    # hands off); these are the hash and parts with its value now, which the steady status records
+    # as the serving generation's (no handoff), so that its later changes are seen.
+    adopt_hash: str | None = None
+    adopt_parts: tuple[tuple[str, str], ...] = ()
     # What is around it.
     pods: tuple[PodInfo, ...] = ()
     lease: LeaseInfo = pydantic.Field(default_factory=LeaseInfo)
@@ -108,7 +114,8 @@ class Observed(base.Model):
     claims_known: bool = True
     # Referenced ConfigMaps/Secrets that do not exist (names only, never data).
     missing_config_refs: tuple[str, ...] = ()
-    # Referenced objects Baton may not read (RBAC): they block nothing, but their data is not hashed.
+    # Referenced objects Baton may not read (RBAC): they block nothing, and keep the part they had
+    # when the serving generation started (readability never changes the hash).
     unreadable_config_refs: tuple[str, ...] = ()
     # This process.
     identity: str

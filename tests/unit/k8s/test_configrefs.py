@@ -17,6 +17,13 @@ from baton.cache import views as views_mod
 from baton.k8s import api as k8s_api
 from baton.k8s import client, configrefs
 
+
+@pytest.fixture(autouse=True)
+def _digest_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Digests are keyed (test_configrefs_keyed.py): every read here digests under a test key."""
+    monkeypatch.setattr(configrefs, "_key", None)
+    configrefs.install_key(b"t" * 32)
+
 Handler = Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.StreamResponse]]
 
 

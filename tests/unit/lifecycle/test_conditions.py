@@ -80,3 +80,29 @@ def test_last_transition_time_moves_only_on_flip(
     (c,) = after
     assert (c.status, c.reason, c.observed_generation, c.last_transition_time) == (
         "True" if true else "False", reason, 4, want_since)
+
+
+def test_an_unseen_object_readable_now_is_adopted_without_a_handoff() -> None:
+    """A Secret unreadable when generation 7 started (part "unseen") is readable now: the steady
+    status records its part and the hash with it as generation 7's; no transition starts."""
+    from baton.lifecycle import decide
+    from baton.lifecycle import plan as plan_mod
+    parts = {"template": "t" * 16, "Secret/api-key": "unseen"}
+    adopted = {"template": "t" * 16, "Secret/api-key": "a" * 20}
+    st_ = b.status()
+    st_ = st_.model_copy(update={"current": st_.current.model_copy(update={"parts": parts})})  # type: ignore[union-attr]
+    o = b.observed(status_=st_, adopt_hash=b.HASH2, adopt_parts=tuple(adopted.items()))
+    planned = decide(o, b.NOW)
+    [write] = planned.find(plan_mod.WriteStatus)
+    assert write.status.transition is None
+    assert write.status.current is not None
+    assert (write.status.current.generation, write.status.current.template_hash, write.status.current.parts) == (
+        7, b.HASH2, adopted)
+    # Written, the next pass (desired hash now the adopted one) does nothing more.
+    again = decide(o.model_copy(update={"status": write.status, "desired_hash": b.HASH2, "adopt_hash": None,
+                                        "adopt_parts": ()}), b.NOW)
+    assert not again.find(plan_mod.WriteStatus) and again.find(plan_mod.ReleaseLease)
+    # Not while the template itself changed: that is a handoff, as ever.
+    changed = decide(o.model_copy(update={"desired_hash": "c" * 16}), b.NOW)
+    [w] = changed.find(plan_mod.WriteStatus)
+    assert w.status.transition is not None and w.status.transition.trigger == "TemplateChanged"
