@@ -173,7 +173,7 @@ def test_referenced_objects_are_read_once_per_resource_version(config_server: _C
     view = {("ConfigMap", "conf"): "5", ("Secret", "key"): "6"}  # what the metadata view shows
     cache = configrefs.DigestCache()
     refs = [("ConfigMap", "conf", False), ("Secret", "key", False)]
-    results: list[tuple[str, list[str], list[str], list[tuple[str, str]]]] = []
+    results: list[tuple[str, list[str], list[str], list[tuple[str, str]], Any]] = []
 
     def lookup(kind: str, namespace: str, name: str) -> str | None:
         return view.get((kind, name), configrefs.ABSENT)
@@ -208,7 +208,7 @@ def test_absent_in_the_view_is_not_read_and_gone_or_forbidden_is_not_cached(conf
     cache = configrefs.DigestCache()
     cache.put(("ConfigMap", "ns", "deleted"), "3", "old")
     view = {"lagging": "4", "deleted": "3", "hidden": "8"}
-    results: list[tuple[str, list[str], list[str], list[tuple[str, str]]]] = []
+    results: list[tuple[str, list[str], list[str], list[tuple[str, str]], Any]] = []
 
     def lookup(kind: str, namespace: str, name: str) -> str | None:
         return view.get(name, configrefs.ABSENT)
@@ -222,7 +222,7 @@ def test_absent_in_the_view_is_not_read_and_gone_or_forbidden_is_not_cached(conf
         view["deleted"] = "7"  # a newer version the view saw; the GET then finds it gone
 
     _digest_runs(s, [view_lags_a_deletion, digest, digest])
-    _, missing, unreadable, _ = results[0]
+    _, missing, unreadable, _, _ = results[0]
     assert missing == ["ConfigMap/deleted", "ConfigMap/missing"]
     assert unreadable == ["ConfigMap/hidden"]
     # "missing" is absent in the view: never read. The others are read every pass: nothing cached.
