@@ -77,6 +77,9 @@ class Registrar:
         except Exception as exc:
             log.warning("gateway registration failed: %s", client.short(exc))
             return False
+        if (lapsed or not self.fresh()) and self.views_ok:
+            log.warning("registration older than its margin: forwarding stops until renewed and re-listed")
+            gwmetrics.REGISTERED.set(0)
         if lapsed or not self.fresh():
             # Whatever the views showed before this write may be older than what the operator
             # acted on while we were not registered: list again before forwarding.
