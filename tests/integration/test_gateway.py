@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from kubernetes import client
 
+from dev.ports import free_port
 from dev.wait import wait_for
 from harness import badprobe
 from harness.gateway import GatewayProcess, ToolFleet, call, raw_call, rpc
@@ -24,9 +25,12 @@ from harness.runtimes import Runtimes, runtime_manifest
 pytestmark = pytest.mark.usefixtures("kwok_nodes")
 
 
-def gw_runtime(name: str, *, gateway: bool = True, admission: int | None = None, **kw: Any) -> dict[str, Any]:
+def gw_runtime(name: str, *, port: int, gateway: bool = True, admission: int | None = None, **kw: Any) -> dict[str, Any]:
+    """A loopback runtime whose tool listens on `port` (a free one: kwok-loop IPs are shared
+    by every test session on the machine)."""
     m = runtime_manifest(name, service=True, loopback=True, **kw)
-    m["spec"]["service"]["gateway"] = gateway
+    m["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": port}]
+    m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": "http"}], "gateway": gateway}
     if admission is not None:
         m["spec"]["budgets"]["admissionSeconds"] = admission
     return m
@@ -37,7 +41,7 @@ def fleets(cluster: Any, namespace: str) -> Iterator[Callable[[str], ToolFleet]]
     started: list[ToolFleet] = []
 
     def start(runtime: str) -> ToolFleet:
-        fleet = ToolFleet(cluster.api_client, namespace, runtime)
+        fleet = ToolFleet(cluster.api_client, namespace, runtime, port=free_port())
         started.append(fleet)
         return fleet
 
@@ -56,7 +60,7 @@ def test_steady_state_forwarding_streams_both_ways(operators: Callable[..., Oper
     operators("op-a")
     gw = gateways("gw-a")
     fleet = fleets("tool")
-    rts.create(gw_runtime("tool"))
+    rts.create(gw_runtime("tool", port=fleet.port))
     rts.wait_ready("tool", 1)
     tool = serving(fleet, 1)
     for host in (f"tool.{namespace}", f"tool.{namespace}.svc", f"tool.{namespace}.svc.cluster.local",
@@ -110,16 +114,17 @@ def test_a_host_naming_no_runtime_gets_404_and_nothing_is_dialled(
     operators("op-a")
     gw = gateways("gw-a")
     tool_fleet, other_fleet = fleets("tool"), fleets("other")
-    rts.create(gw_runtime("tool"))
-    rts.create(gw_runtime("other", gateway=False))  # a Service the gateway does not serve
+    rts.create(gw_runtime("tool", port=tool_fleet.port))
+    rts.create(gw_runtime("other", port=other_fleet.port, gateway=False))  # a Service the gateway does not serve
     rts.wait_ready("tool", 1)
     rts.wait_ready("other", 1)
     tool, other = serving(tool_fleet, 1), serving(other_fleet, 1)
     canary_ip = "127.0.100.250"
-    with badprobe.Canary(canary_ip, 8080) as canary:
+    canary_port = free_port()
+    with badprobe.Canary(canary_ip, canary_port) as canary:
         hosts = [f"nothing.{namespace}", f"other.{namespace}", f"other.{namespace}.svc.cluster.local",
-                 f"tool.{namespace}:8080",  # not a port of its Service
-                 f"tool.{namespace}.svc.example.com", tool.ip, f"{tool.ip}:8080", f"{canary_ip}:8080",
+                 f"tool.{namespace}:{tool.port}",  # not a port of its Service
+                 f"tool.{namespace}.svc.example.com", tool.ip, f"{tool.ip}:{tool.port}", f"{canary_ip}:{canary_port}",
                  "kubernetes.default.svc", "localhost", f"tool.{namespace}.{canary_ip}"]
         for host in hosts:
             r = call(gw.port, host, body=rpc(rid=3))
@@ -145,7 +150,7 @@ def test_suspended_runtime_is_refused_at_once_with_a_jsonrpc_error(
     operators("op-a")
     gw = gateways("gw-a")
     fleet = fleets("tool")
-    rts.create(gw_runtime("tool"))
+    rts.create(gw_runtime("tool", port=fleet.port))
     rts.wait_ready("tool", 1)
     serving(fleet, 1)
     rts.patch("tool", {"spec": {"suspend": True}})
@@ -187,7 +192,7 @@ def test_registration_lease_admin_api_and_seal(operators: Callable[..., Operator
     assert gw.admin("GET", "/v1/inflight")[0] == 400
 
     fleet = fleets("tool")
-    rts.create(gw_runtime("tool", admission=3))
+    rts.create(gw_runtime("tool", port=fleet.port, admission=3))
     st = rts.wait_ready("tool", 1)
     tool = serving(fleet, 1)
     uid = st["current"]["uid"]

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from dev.ports import free_port
 from dev.wait import wait_for
 from harness.gateway import GatewayProcess, Reply, ToolFleet, call, rpc
 from harness.operator import OperatorProcess
@@ -20,9 +21,12 @@ from harness.runtimes import Runtimes, runtime_manifest
 pytestmark = pytest.mark.usefixtures("kwok_nodes")
 
 
-def gw_runtime(name: str, *, admission: int | None = None, **kw: Any) -> dict[str, Any]:
+def gw_runtime(name: str, *, port: int, admission: int | None = None, **kw: Any) -> dict[str, Any]:
+    """A loopback runtime whose tool listens on `port` (a free one: kwok-loop IPs are shared
+    by every test session on the machine)."""
     m = runtime_manifest(name, service=True, loopback=True, **kw)
-    m["spec"]["service"]["gateway"] = True
+    m["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": port}]
+    m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": "http"}], "gateway": True}
     if admission is not None:
         m["spec"]["budgets"]["admissionSeconds"] = admission
     return m
@@ -30,7 +34,7 @@ def gw_runtime(name: str, *, admission: int | None = None, **kw: Any) -> dict[st
 
 @pytest.fixture
 def fleet(cluster: Any, namespace: str) -> Iterator[ToolFleet]:
-    f = ToolFleet(cluster.api_client, namespace, "tool")
+    f = ToolFleet(cluster.api_client, namespace, "tool", port=free_port())
     yield f
     f.stop()
 
@@ -76,7 +80,7 @@ def test_a_client_loop_fails_no_call_across_a_handoff(operators: Callable[..., O
                                                       namespace: str, fleet: ToolFleet) -> None:
     operators("op-a")
     gw = gateways("gw-a")
-    rts.create(gw_runtime("tool", admission=60))
+    rts.create(gw_runtime("tool", port=fleet.port, admission=60))
     rts.wait_ready("tool", 1)
     wait_for(lambda: fleet.of(1), timeout=30, what="the tool of g1")
     loop = ClientLoop(gw.port, f"tool.{namespace}")
@@ -112,7 +116,7 @@ def test_past_admission_seconds_the_held_call_gets_transitioning(operators: Call
                                                                  namespace: str, fleet: ToolFleet) -> None:
     operators("op-a")
     gw = gateways("gw-a")
-    rts.create(gw_runtime("tool", admission=3, budgets={"connectSeconds": 90}))
+    rts.create(gw_runtime("tool", port=fleet.port, admission=3, budgets={"connectSeconds": 90}))
     rts.wait_ready("tool", 1)
     wait_for(lambda: fleet.of(1), timeout=30, what="the tool of g1")
     # N+1 never becomes Ready: the handoff stays in Connecting for connectSeconds.
@@ -134,7 +138,7 @@ def test_sigterm_answers_held_calls_and_finishes_the_call_in_flight(operators: C
                                                                     namespace: str, fleet: ToolFleet) -> None:
     operators("op-a")
     gw = gateways("gw-a")
-    rts.create(gw_runtime("tool", admission=60))
+    rts.create(gw_runtime("tool", port=fleet.port, admission=60))
     st = rts.wait_ready("tool", 1)
     wait_for(lambda: fleet.of(1), timeout=30, what="the tool of g1")
     host = f"tool.{namespace}"
@@ -165,7 +169,7 @@ def test_a_replica_paused_past_its_registration_reregisters_before_forwarding(
         namespace: str, fleet: ToolFleet) -> None:
     operators("op-a")
     gw = gateways("gw-a")  # Lease 6 s: the margin is 1.2 s
-    rts.create(gw_runtime("tool", admission=60))
+    rts.create(gw_runtime("tool", port=fleet.port, admission=60))
     rts.wait_ready("tool", 1)
     wait_for(lambda: fleet.of(1), timeout=30, what="the tool of g1")
     assert call(gw.port, f"tool.{namespace}", body=rpc()).status == 200

@@ -235,7 +235,7 @@ class Proxy:
             url = f"http://{d.ip}:{d.port}{request.raw_path}" if ":" not in d.ip else f"http://[{d.ip}]:{d.port}{request.raw_path}"
             try:
                 upstream = await self.session.request(request.method, url, headers=_multidict(up_headers), data=data,
-                                                      allow_redirects=False, skip_auto_headers=("Content-Type", "User-Agent"))
+                                                      allow_redirects=False, skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
             except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as exc:
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
                 if started[0]:
