@@ -204,3 +204,42 @@ def test_streams_pass_through_and_a_refusing_pod_is_retried() -> None:
             if b1 is not None:
                 await b1.cleanup()
     run(go)
+
+
+def test_websocket_is_forwarded_and_counted_while_open() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+
+        async def echo(request: web.Request) -> web.WebSocketResponse:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            async for msg in ws:
+                await ws.send_str(f"g1:{msg.data}")
+            return ws
+        app = web.Application()
+        app.router.add_get("/ws", echo)
+        b1 = web.AppRunner(app)
+        await b1.setup()
+        await web.TCPSite(b1, "127.0.0.1", 0).start()
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", b1.addresses[0][1]))
+        px, gw, port = await gateway(vw, st)
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.ws_connect(f"http://127.0.0.1:{port}/ws", headers={"Host": f"tool.{NS}"}) as ws:
+                    assert ws._response.headers["Baton-Generation"] == "1"
+                    await ws.send_str("hi")
+                    msg = await ws.receive(timeout=5)
+                    assert msg.data == "g1:hi"
+                    assert st.inflight["u1"] == 1, "an open WebSocket counts as in flight"
+                for _ in range(50):
+                    if st.total_inflight() == 0:
+                        break
+                    await asyncio.sleep(0.1)
+                assert st.total_inflight() == 0
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b1.cleanup()
+    run(go)
