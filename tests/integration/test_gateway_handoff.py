@@ -107,8 +107,6 @@ def test_a_client_loop_fails_no_call_across_a_handoff(operators: Callable[..., O
     assert loop.generations_seen() == {1, 2}
     held_calls = gw.metric("baton_gateway_calls_total", outcome="held_then_forwarded")
     assert held_calls > 0, "no call was held: the handoff was not exercised"
-    # Every held call was answered by N+1: g1's tool received nothing after the label flip.
-    assert all(r.generation == 2 for r in held), [(r.generation, r.seconds) for r in held]
 
 
 def test_past_admission_seconds_the_held_call_gets_transitioning(operators: Callable[..., OperatorProcess],
