@@ -257,22 +257,26 @@ class Proxy:
                 if sid:
                     self.state.session_issued(sid, d.uid)
                 await resp.prepare(request)
-                try:
-                    while True:
+                while True:
+                    try:
                         chunk = await upstream.content.readany()
+                    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                        # Headers are sent: all that is left is to cut the stream (the client sees it end early).
+                        gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
+                        log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc)
+                        if request.transport is not None:
+                            request.transport.close()
+                        return resp
+                    try:
                         if not chunk:
-                            break
+                            await resp.write_eof()
+                            return resp
                         await asyncio.wait_for(resp.write(chunk), self.settings.idle_timeout_seconds)
-                    await resp.write_eof()
-                except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                    # Headers are sent: all that is left is to cut the stream (the client sees it end early).
-                    gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
-                    log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc)
-                    if request.transport is not None:
-                        request.transport.close()
-                except ConnectionError:
-                    pass  # the client went away
-                return resp
+                    except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
+                        # The client went away (or stopped reading): nothing left to send it.
+                        if request.transport is not None:
+                            request.transport.close()
+                        return resp
             finally:
                 upstream.release()
         finally:
