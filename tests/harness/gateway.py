@@ -185,8 +185,8 @@ def raw_call(port: int, request: bytes, timeout: float = 10) -> bytes:
 class ToolServer:
     """One generation's tool on `ip`:`port` (loopback only)."""
 
-    def __init__(self, ip: str, port: int, generation: int) -> None:
-        self.ip, self.port, self.generation = assert_loopback(ip), port, generation
+    def __init__(self, ip: str, port: int, generation: int, *, uid: str = "") -> None:
+        self.ip, self.port, self.generation, self.uid = assert_loopback(ip), port, generation, uid
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         tool = self
@@ -258,6 +258,7 @@ class ToolServer:
             daemon_threads = True
             allow_reuse_address = True
 
+        self.stopped = False
         self.server = Server((self.ip, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
         self.thread.start()
@@ -267,14 +268,19 @@ class ToolServer:
             return len(self.requests)
 
     def stop(self) -> None:
+        """Stop accepting (idempotent); requests already in, on their threads, finish."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
 
 
 class ToolFleet:
-    """Follows a runtime's pods (a watch in a thread) and keeps a ToolServer on each Ready pod's
-    IP playing its generation; stops it when the pod is gone. `servers`: every one started."""
+    """Follows a runtime's pods (a watch in a thread) and keeps a ToolServer on each pod's IP
+    playing its generation; it stops accepting once the pod is being deleted. `servers`: every
+    one started."""
 
     def __init__(self, api: client.ApiClient, namespace: str, runtime: str, port: int = 8080) -> None:
         self.core = client.CoreV1Api(api)
@@ -287,23 +293,26 @@ class ToolFleet:
         self._thread.start()
 
     def _apply(self, kind: str, pod: Any) -> None:
+        """One server per pod (by UID) on its IP. A pod being deleted stops accepting (calls in
+        flight finish), as a retiring tool would; a new pod on a reused IP gets a new server."""
         ip = pod.status.pod_ip if pod.status else None
         gen_text = (pod.metadata.labels or {}).get("baton.dev/generation")
         if not ip or not gen_text:
             return
-        gen = int(gen_text)
+        uid = pod.metadata.uid
         with self.lock:
             server = self.by_ip.get(ip)
-            if kind == "DELETED":
-                if server is not None and server.generation == gen:
-                    server.stop()
-                    del self.by_ip[ip]
+            if server is not None and (server.uid != uid or kind == "DELETED" or pod.metadata.deletion_timestamp):
+                server.stop()
+                del self.by_ip[ip]
+                server = None
+            if kind == "DELETED" or pod.metadata.deletion_timestamp or server is not None:
                 return
-            if server is None:
-                server = ToolServer(ip, self.port, gen)
-                self.by_ip[ip] = server
-                self.servers.append(server)
-            server.generation = gen
+            if any(s.uid == uid for s in self.servers):
+                return  # already retired
+            server = ToolServer(ip, self.port, int(gen_text), uid=uid)
+            self.by_ip[ip] = server
+            self.servers.append(server)
 
     def _run(self) -> None:
         deadline = time.monotonic() + 600  # bounded: no test here runs longer
@@ -327,6 +336,6 @@ class ToolFleet:
         self._stop.set()
         self._thread.join(15)
         with self.lock:
-            for s in self.by_ip.values():
+            for s in self.servers:
                 s.stop()
             self.by_ip.clear()

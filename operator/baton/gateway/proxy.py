@@ -10,11 +10,14 @@ the serving pod's IP from the API is dialled, at the port its Service port maps 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import socket
 import time
 from typing import Any, AsyncIterator, Callable
 
 import aiohttp
+import aiohttp.abc
 import multidict
 from aiohttp import web
 
@@ -32,10 +35,37 @@ CHUNK = 64 * 1024
 CONNECT_RETRY_SECONDS = 0.2
 
 
-class _Refused(Exception):
-    def __init__(self, decision: route.Refuse) -> None:
-        super().__init__(decision.reason.value)
-        self.decision = decision
+POD_DOMAIN = "pod.baton.invalid"
+POD_ADDRESSES_CAP = 65536
+
+
+class PodResolver(aiohttp.abc.AbstractResolver):
+    """Resolves `<pod uid>.pod.baton.invalid` to the IP the API gave for that pod, and nothing
+    else. Dialling by that name keys the connection pool by pod UID: a kept-alive connection
+    opened to one pod is never reused for its successor, even when the successor got the same
+    IP (pod IPs are reused)."""
+
+    def __init__(self) -> None:
+        self.addresses: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+    def name(self, uid: str, ip: str) -> str:
+        self.addresses[uid] = ip
+        self.addresses.move_to_end(uid)
+        while len(self.addresses) > POD_ADDRESSES_CAP:
+            self.addresses.popitem(last=False)
+        return f"{uid}.{POD_DOMAIN}"
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
+        uid, _, domain = host.partition(".")
+        ip = self.addresses.get(uid) if domain == POD_DOMAIN else None
+        if ip is None:
+            raise OSError(f"not a pod this gateway forwards to: {host}")
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        pass
 
 
 class Proxy:
@@ -45,10 +75,11 @@ class Proxy:
         self._forwarding = forwarding
         self.shutting_down = False
         self.session: aiohttp.ClientSession | None = None
+        self.resolver = PodResolver()
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30),
+            connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30, resolver=self.resolver, use_dns_cache=False),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_seconds,
                                           sock_read=self.settings.idle_timeout_seconds),
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
@@ -232,7 +263,7 @@ class Proxy:
             up_headers.append(("X-Forwarded-For", request.remote or ""))
             started = [False]
             data: Any = body if body is not None else (self._stream_body(request, started) if request.body_exists else None)
-            url = f"http://{d.ip}:{d.port}{request.raw_path}" if ":" not in d.ip else f"http://[{d.ip}]:{d.port}{request.raw_path}"
+            url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
             try:
                 upstream = await self.session.request(request.method, url, headers=_multidict(up_headers), data=data,
                                                       allow_redirects=False, skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
@@ -295,7 +326,7 @@ class Proxy:
         up_headers = [(k, v) for k, v in route.end_to_end(headers) if k.lower() not in skip]
         up_headers.append(("Host", request.host))
         protocols = tuple(p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip())
-        url = f"http://{d.ip}:{d.port}{request.raw_path}"
+        url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
         try:
             up = await self.session.ws_connect(url, headers=_multidict(up_headers), protocols=protocols,
                                                autoping=True, heartbeat=None, max_msg_size=4 * 1024 * 1024)

@@ -243,3 +243,40 @@ def test_websocket_is_forwarded_and_counted_while_open() -> None:
             await px.close()
             await b1.cleanup()
     run(go)
+
+
+def test_connections_are_pooled_per_pod_uid_never_across_a_reused_ip() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        peers: list[int] = []
+
+        async def record(request: web.Request) -> web.Response:
+            peers.append(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+            return web.json_response({})
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", record)
+        b = web.AppRunner(app)
+        await b.setup()
+        await web.TCPSite(b, "127.0.0.1", 0).start()
+        port_b = b.addresses[0][1]
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", port_b))
+        px, gw, port = await gateway(vw, st)
+        try:
+            await post(port)
+            await post(port)
+            # N+1 got N's IP and port: a new connection, never N's kept-alive one.
+            vw.pods.delete(pod("u1", port_b, rv=2))
+            vw.pods.apply(pod("u2", port_b, rv=3))
+            vw.runtimes.apply(runtime(gen=2, uid="u2", rv=4))
+            await post(port)
+            await post(port)
+            assert peers[0] == peers[1], "kept alive within one pod"
+            assert peers[2] != peers[1], "a connection to N was reused for N+1"
+            assert peers[3] == peers[2]
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b.cleanup()
+    run(go)
