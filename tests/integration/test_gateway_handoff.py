@@ -147,15 +147,21 @@ def test_sigterm_answers_held_calls_and_finishes_the_call_in_flight(operators: C
              what="the slow call in flight")
     # Seal the pod by hand so that the next call is held (no transition: it would wait admissionSeconds).
     gw.admin("POST", "/v1/seal", {"namespace": namespace, "runtime": "tool", "uid": st["current"]["uid"]})
-    held = threading.Thread(target=lambda: out.__setitem__("held", call(gw.port, host, body=rpc(rid=5))))
+    ended: dict[str, float] = {}
+
+    def held_call() -> None:
+        out["held"] = call(gw.port, host, body=rpc(rid=5))
+        ended["held"] = time.monotonic()
+    held = threading.Thread(target=held_call)
     held.start()
     wait_for(lambda: gw.metric("baton_gateway_held") == 1, timeout=10, what="a call held")
     t0 = time.monotonic()
     gw.signal(signal.SIGTERM)
     held.join(30)
     slow.join(30)
-    print(f"held: {out['held'].status} {out['held'].headers.get('baton-reason')} {time.monotonic() - t0:.2f}s after SIGTERM; "
-          f"slow: {out['slow'].status}")
+    print(f"held: {out['held'].status} {out['held'].headers.get('baton-reason')} {ended['held'] - t0:.2f}s after SIGTERM; "
+          f"slow: {out['slow'].status} {out['slow'].seconds:.2f}s")
+    assert ended["held"] - t0 < 2.5, "held calls are answered at once, not after the grace"
     assert out["held"].status == 503 and out["held"].headers["baton-reason"] == "GatewayShutdown"
     assert out["held"].json()["id"] == 5 and "retry-after" in out["held"].headers
     assert out["slow"].status == 200 and out["slow"].generation == 1, "the call in flight finished"
