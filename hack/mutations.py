@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
 # decide()'s own tables (the room-by-room files, the guarantees, the pin gate).
 UNIT = [f"tests/unit/lifecycle/test_{room}.py" for room in (
-    "idle", "retire", "create", "lease", "deletion", "dispatch", "conditions", "scenarios", "guarantees", "pins_gate")]
+    "idle", "retire", "create", "lease", "deletion", "dispatch", "conditions", "scenarios", "guarantees", "pins_gate",
+    "gateway_seal")]
 MODEL = ["tests/model"]
 
 
@@ -86,8 +87,14 @@ MUTATIONS = [
     Mutation(
         "drop-drain-deadline", "Draining waits for the probe with no deadline",
         "operator/baton/lifecycle/retire.py",
-        (("    if t.deadline is not None and now >= t.deadline:\n        why = \"the drain probe did not answer 200\"",
-          "    if False:\n        why = \"the drain probe did not answer 200\""),),
+        (("    if t.deadline is not None and now >= t.deadline:\n        parts: list[str] = []",
+          "    if False:\n        parts: list[str] = []"),),
+    ),
+    Mutation(
+        "seal-without-confirmation", "StoppingAdmission completes before every live gateway replica confirmed the seal",
+        "operator/baton/lifecycle/retire.py",
+        (("        if not o.gateway_sealed:\n            # The seal invariant",
+          "        if False:\n            # The seal invariant"),),
     ),
     Mutation(
         "forget-uid-precondition", "a pod delete without preconditions.uid",

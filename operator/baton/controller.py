@@ -20,7 +20,7 @@ import time
 from typing import Any, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, metrics, reconcile, triggers
+from baton import drainprobe, execute, metrics, reconcile, sealing, triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
@@ -49,6 +49,7 @@ class Controller:
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
             prober=drainprobe.Prober(allowed=settings.probe_allowed, concurrency=settings.probe_concurrency),
             clock=clock, configs=self.configs,
+            gateways=sealing.ApiGateways(namespace=settings.system_namespace, clock=clock),
         )
         held = self.executor.leases.held
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes

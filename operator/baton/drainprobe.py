@@ -26,6 +26,8 @@ from baton.model import spec as spec_model
 log = logging.getLogger("baton.drainprobe")
 
 MAX_RESPONSE_BYTES = 4096
+# Answers that say the path or method does not exist on the tool: the probe is misconfigured.
+MISCONFIGURED_CODES = (404, 405, 501)
 # Pod IPs whose refusal (outside the allowed CIDRs) was already logged; a bound, not a history.
 REFUSED_IPS_REMEMBERED = 1024
 _STATUS_LINE = re.compile(rb"^HTTP/1\.[01] (\d{3})(?: .*)?\r?\n$")
@@ -38,6 +40,8 @@ _PATH = re.compile(r"^/[\x21-\x7e]*$")
 class Result:
     idle: bool
     error: str | None = None  # why it does not count as idle, when not a plain non-200 answer
+    # The tool has no such endpoint (404, 405, 501): a misconfigured probe, not a busy tool.
+    misconfigured: bool = False
 
 
 def _valid_port(value: object) -> int | None:
@@ -135,6 +139,9 @@ class Prober:
             return Result(idle=True)
         if 300 <= code < 400:
             return self._error("redirect", f"answered {code} (redirects are not followed; not idle)")
+        if code in MISCONFIGURED_CODES:
+            metrics.DRAIN_PROBE_ERRORS.labels(kind="misconfigured").inc()
+            return Result(idle=False, error=f"answered {code}: the tool has no such endpoint", misconfigured=True)
         return Result(idle=False, error=f"answered {code}")
 
     @staticmethod

@@ -31,7 +31,18 @@ async def observe(snap: snapshot.Snapshot, *, prober: Prober, holds: bool, clock
         retiring = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.from_uid), None)
         if retiring is not None:
             result = await prober.probe(pod=retiring, probe=o.spec.drain.probe)
-            return o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error})
+            return o.model_copy(update={"drain_idle": result.idle, "drain_probe_error": result.error,
+                                        "drain_probe_misconfigured": result.misconfigured})
+    elif (t is not None and t.step == status_mod.Step.CONNECTING and o.spec.drain.probe is not None and t.to_uid
+          and holds):
+        # Checked once per generation, in the pass that makes it current (Ready and labelled
+        # serving): a probe on a path the tool does not have is said now, not at the next drain.
+        pod = o.pod_by_uid(t.to_uid)
+        raw = next((pd for pd in snap.pods if pd["metadata"]["uid"] == t.to_uid), None)
+        if pod is not None and pod.ready and pod.serving and raw is not None:
+            result = await prober.probe(pod=raw, probe=o.spec.drain.probe)
+            return o.model_copy(update={"drain_probe_misconfigured": result.misconfigured,
+                                        "drain_probe_error": result.error})
     elif (t is None and o.status.pending is not None and o.spec.drain.probe is not None
           and o.status.current is not None and o.spec.handoff.policy == spec_model.HandoffPolicy.WHEN_IDLE
           and holds and lifecycle.idle_check_due(o, clock.wall())):

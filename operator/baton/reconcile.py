@@ -1,5 +1,5 @@
 """One pass of one runtime: memory → snapshot → probes → decide → execute → Result. Does I/O
-(through baton.cache, baton.execute and the prober).
+(through baton.cache, baton.execute, the prober and the gateways).
 
 The pass knows one runtime and returns what the queue should do as a Result; it never imports
 the controller (`wake` is a parameter). What the run of a plan learnt comes back as an Outcome
@@ -13,7 +13,7 @@ import logging
 from typing import Callable
 
 from baton import clock as clock_mod
-from baton import execute, lifecycle, metrics, probing, triggers
+from baton import execute, lifecycle, metrics, probing, sealing, triggers
 from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.lifecycle import manifests, plan
@@ -70,6 +70,7 @@ class Reconciler:
     def __init__(
         self, *, identity: str, lease_seconds: int, backoff_base_seconds: float, views: views_mod.Views,
         executor: execute.Executor, prober: probing.Prober, clock: clock_mod.Clock, configs: triggers.ConfigIndex,
+        gateways: sealing.Gateways | None = None,
     ) -> None:
         self.identity = identity
         self.lease_seconds = lease_seconds
@@ -77,6 +78,7 @@ class Reconciler:
         self.views = views
         self.executor = executor
         self.prober = prober
+        self.gateways = gateways
         self.clock = clock
         self.configs = configs
         self.memories: dict[Key, Memory] = {}
@@ -112,6 +114,7 @@ class Reconciler:
         self.configs.update(key, [] if o.spec_error else manifests.config_refs(o.spec.template))
         snap.observed = o = await probing.observe(snap, prober=self.prober, holds=leases.holds(key), clock=self.clock)
         memory.idle_checked_at = o.idle_checked_at
+        snap.observed = o = await sealing.observe(o, gateways=self.gateways, holds=leases.holds(key))
         t = o.status.transition
         b = o.spec.budgets
         pin_wait = b.pin_seconds if t is not None and t.pin_wait_since is not None else 0

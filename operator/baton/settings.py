@@ -62,6 +62,8 @@ class Settings:
     # resort for what no watch event reports (a pod whose labels were edited away going, a
     # foreign object removed).
     resync_seconds: int = 300
+    # Where the gateway replicas register their Leases (the chart's release namespace).
+    system_namespace: str = "default"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -90,6 +92,7 @@ class Settings:
             watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
             watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
             resync_seconds=_bounded(e, "BATON_RESYNC_SECONDS", 300, 5, 86400),
+            system_namespace=e.get("BATON_SYSTEM_NAMESPACE", "").strip() or "default",
         )
 
 

@@ -10,7 +10,9 @@ tools that misbehave against it:
 - ``Redirect``: answers ``302`` with ``Location`` at another loopback address (a ``Canary``);
 - ``Canary``: records every connection it receives and answers 200 (so a probe that followed a
   redirect would wrongly see "idle"); a test asserts it saw none;
-- ``IdleAfter``: 503 until ``seconds`` after start, 200 after.
+- ``IdleAfter``: 503 until ``seconds`` after start, 200 after;
+- ``NoSuchEndpoint``: answers ``404`` (or 405, 501) to everything: a probe on a path the tool
+  does not have.
 
 Each is a small threaded TCP server: ``start()`` / ``stop()`` or ``with``; the lowercase
 factories (``slow_trickle(ip, port)``...) return it started. Bounded: only loopback addresses,
@@ -316,6 +318,26 @@ class IdleAfter(_Server):
             self._respond(sock, conn, 200, "OK", b"idle")
         else:
             self._respond(sock, conn, 503, "Service Unavailable", b"busy")
+
+
+class NoSuchEndpoint(_Server):
+    """A tool without the probe's endpoint: answers `status` (404 by default) to everything."""
+
+    def __init__(self, host: str, port: int, *, status: int = 404, max_connections: int = 64,
+                 max_seconds: float = 300.0) -> None:
+        super().__init__(host, port, max_connections=max_connections, max_seconds=max_seconds)
+        self.status = status
+
+    def serve(self, sock: socket.socket, conn: Connection) -> None:
+        self._read_request(sock, conn)
+        reasons = {404: "Not Found", 405: "Method Not Allowed", 501: "Not Implemented"}
+        self._respond(sock, conn, self.status, reasons.get(self.status, "Nope"), b"no such endpoint")
+
+
+def no_such_endpoint(host: str, port: int, *, status: int = 404) -> NoSuchEndpoint:
+    s = NoSuchEndpoint(host, port, status=status)
+    s.start()
+    return s
 
 
 def slow_trickle(host: str, port: int, *, interval: float = 1.0) -> SlowTrickle:

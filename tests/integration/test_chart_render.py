@@ -273,8 +273,17 @@ def test_rbac_cluster_scope_has_no_wildcard_exec_or_secret_reads() -> None:
 def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
     objs = render(files=[CHART / "ci" / "namespaced-values.yaml"])
     assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
-    roles = {o["metadata"]["namespace"]: o for o in by_kind(objs, "Role")}
-    bindings = {o["metadata"]["namespace"]: o for o in by_kind(objs, "RoleBinding")}
+    # The gateway replicas' Leases in the release namespace: listed only (baton.k8s.gateways.RBAC).
+    gateways = [o for o in by_kind(objs, "Role") if o["metadata"]["name"].endswith("-gateways")]
+    [gw_role] = gateways
+    assert gw_role["metadata"]["namespace"] == "baton-system"
+    assert _grants(gw_role["rules"]) == {(g, r, v) for g, r, verbs in importlib.import_module(
+        "baton.k8s.gateways").RBAC for v in verbs}
+    [gw_binding] = [o for o in by_kind(objs, "RoleBinding") if o["metadata"]["name"].endswith("-gateways")]
+    assert gw_binding["roleRef"]["name"] == gw_role["metadata"]["name"]
+    assert gw_binding["subjects"][0]["namespace"] == "baton-system"
+    roles = {o["metadata"]["namespace"]: o for o in by_kind(objs, "Role") if o not in gateways}
+    bindings = {o["metadata"]["namespace"]: o for o in by_kind(objs, "RoleBinding") if o is not gw_binding}
     assert set(roles) == set(bindings) == {"agents", "browsers"}
     for ns, role in roles.items():
         grants = _grants(role["rules"])
@@ -291,7 +300,8 @@ def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
 HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "PUT": {"update"},
               "DELETE": {"delete"}}
 RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
-                "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.cache.views"]
+                "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.k8s.gateways",
+                "baton.cache.views"]
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:

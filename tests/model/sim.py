@@ -10,8 +10,10 @@ compare-and-swap, the JSON-patch test on annotations). What is simulated: the tr
 ``baton.k8s.client`` (``FakeApi``), which hands each request to ``Server``: objects with
 resourceVersions and UIDs, name uniqueness, compare-and-swap, the CRD's CEL fence, grace periods
 and finalizers, a kubelet, watches that can lag, requests held back and delivered later; the
-drain probe's answer (``ToolProber``). Time is simulated (``Clock``, injected into the pass);
-nothing sleeps.
+drain probe's answer (``ToolProber``); the gateway replicas (``Gateway``: the forwarding rule of
+docs/architecture.md "Sealed admission", modelled, not the gateway's code), reached by the pass
+through ``SimGateways`` at baton.sealing's adapter boundary. Time is simulated (``Clock``,
+injected into the pass); nothing sleeps.
 
 The server also checks the invariants that are about what it accepts (``Server.violations``):
 it knows which replica sent each request and whether that replica held the Lease.
@@ -34,6 +36,7 @@ from baton.cache import informer
 from baton.cache import snapshot
 from baton.cache import views
 from baton.k8s import api, client
+from baton.k8s import gateways as gw
 from baton.lifecycle import plan
 from baton.model import names, status as status_mod
 
@@ -58,6 +61,10 @@ LEASE_SECONDS = 6
 BUDGETS = {"lockSeconds": 5, "connectSeconds": 8, "drainSeconds": 3, "terminationGraceSeconds": 2,
            "cleanupSeconds": 6, "pinSeconds": 8}
 PINNING_STATES = ("CommitEligible", "Committed")
+# The gateway replicas' registration Leases (BATON_GATEWAY_LEASE_SECONDS) and the margin before
+# their expiry at which a replica stops forwarding (2 s, or duration/5 if smaller).
+GATEWAY_LEASE_SECONDS = 5
+GATEWAY_MARGIN_SECONDS = min(2.0, GATEWAY_LEASE_SECONDS / 5)
 STUCK_FINALIZER = "example.com/stuck"
 # Slack on top of a step's budget before the budget check fails: a Lease handover (a dead
 # holder is replaced once the others saw its Lease unchanged for its duration, plus the lock
@@ -161,6 +168,13 @@ class Server:
         self.late_status_refused = 0  # held status writes the API server refused on delivery
         self.claim_seq = 0
         self._status_cache: tuple[str, status_mod.ToolRuntimeStatus] | None = None  # (runtime rv, its status parsed)
+        # The gateway replicas (the actors), the registration Leases of crashed ones (live until
+        # they expire, unreachable), and for the seal invariant: when each pod's StoppingAdmission
+        # completed with the seal confirmed, and every call forwarded (gateway instance, pod uid, t).
+        self.gateways: list[Gateway] = []
+        self.ghost_gateways: dict[str, float] = {}  # instance -> its Lease's last renew (sim time)
+        self.sealed_at: dict[str, float] = {}
+        self.forwarded: list[tuple[str, str, float]] = []
 
     # --- objects ----------------------------------------------------------------------------
 
@@ -564,6 +578,12 @@ class Server:
         nt, ot = new.transition, old.transition
         if nt is not None and nt.to is not None and (ot is None or ot.to != nt.to) and nt.to <= old.latest_generation:
             self.violation(f"a transition takes generation {nt.to}, but latestGeneration was {old.latest_generation}: reused")
+        # The seal: a retire that leaves StoppingAdmission without DrainIncomplete has had every
+        # live gateway replica confirm it; from then on no call may be forwarded to that pod.
+        if (ot is not None and ot.step == status_mod.Step.STOPPING_ADMISSION and ot.from_uid
+                and (nt is None or nt.from_uid != ot.from_uid or nt.step != status_mod.Step.STOPPING_ADMISSION)
+                and not (nt is not None and nt.from_uid == ot.from_uid and nt.drain_incomplete)):
+            self.sealed_at.setdefault(ot.from_uid, self.clock.t)
         # Invariant 5: CleanupFailed=True is cleared only when that pod is gone or force-recovered.
         was, now = old.condition(status_mod.ConditionType.CLEANUP_FAILED), new.condition(status_mod.ConditionType.CLEANUP_FAILED)
         if was is not None and was.status == "True" and (now is None or now.status != "True"):
@@ -651,6 +671,147 @@ class Server:
                 self.store("ToolRuntimeClaim", c)
 
 
+def _gateway_on(rt: dict[str, Any] | None) -> bool:
+    return rt is not None and bool(((rt.get("spec") or {}).get("service") or {}).get("gateway"))
+
+
+class Gateway:
+    """One gateway replica, modelled: its registration Lease (renewed each simulated second while
+    it runs), its own view of the runtime and its pods (listed at start, then fed from the watch
+    log, possibly lagging), the pods it sealed, and the forwarding rule of the contract
+    (docs/architecture.md, "Sealed admission"): a new call goes to pod P only if the runtime routes
+    through the gateway, P is the runtime's status.current, labelled serving=true, Running and
+    Ready, not deleting, not sealed here, and the replica's last renew is fresher than its Lease
+    duration minus the margin (else it re-registers and lists again before forwarding anything)."""
+
+    def __init__(self, name: str, server: Server, clock: Clock) -> None:
+        self.name, self.server, self.clock = name, server, clock
+        self.seq = 0
+        server.gateways.append(self)
+        self.start()
+
+    def start(self) -> None:
+        """A fresh process: registers (its Lease), then lists its view; nothing sealed yet."""
+        self.seq += 1
+        self.instance = f"{self.name}-{self.seq}"
+        self.alive, self.paused, self.lagging = True, False, False
+        self.sealed: set[str] = set()
+        self.renewed = self.clock.t
+        self.relist()
+
+    def crash(self) -> None:
+        """SIGKILL: the Lease stays until it expires; nobody answers at its admin address."""
+        if self.alive:
+            self.server.ghost_gateways[self.instance] = self.renewed
+            self.alive = False
+
+    def relist(self) -> None:
+        self.pods = {n: o for (k, n), o in self.server.objs.items() if k == "Pod"}
+        self.runtime = self.server.objs.get(("ToolRuntime", RT))
+        self.cursor = len(self.server.events)
+
+    def catch_up(self) -> None:
+        for type_, kind, obj in self.server.events[self.cursor:]:
+            if kind == "Pod":
+                if type_ == "DELETED":
+                    self.pods.pop(obj["metadata"]["name"], None)
+                else:
+                    self.pods[obj["metadata"]["name"]] = obj
+            elif kind == "ToolRuntime":
+                self.runtime = None if type_ == "DELETED" else obj
+        self.cursor = len(self.server.events)
+
+    def running(self) -> bool:
+        return self.alive and not self.paused
+
+    def fresh(self) -> bool:
+        return self.clock.t - self.renewed < GATEWAY_LEASE_SECONDS - GATEWAY_MARGIN_SECONDS
+
+    def live(self) -> bool:
+        """Its Lease, as the operator judges it: renewTime + duration still ahead."""
+        return self.alive and self.renewed + GATEWAY_LEASE_SECONDS > self.clock.t
+
+    def tick(self) -> None:
+        if not self.running():
+            return
+        if self.fresh():
+            self.renewed = self.clock.t  # renewed well within duration/3 (each simulated second)
+        if not self.lagging:
+            self.catch_up()
+
+    def target(self) -> str | None:
+        rt = self.runtime
+        if not _gateway_on(rt) or rt is None:
+            return None
+        current = ((rt.get("status") or {}).get("current") or {}).get("uid")
+        for pod in self.pods.values():
+            meta, st = pod["metadata"], pod.get("status") or {}
+            ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+            if (meta["uid"] == current and (meta.get("labels") or {}).get(names.LABEL_SERVING) == "true"
+                    and st.get("phase") == "Running" and ready and not meta.get("deletionTimestamp")
+                    and meta["uid"] not in self.sealed):
+                return str(meta["uid"])
+        return None
+
+    def call(self) -> None:
+        """A new call arrives at this replica."""
+        if not self.running():
+            return
+        if not self.fresh():
+            # Its Lease may have expired unseen: register again, list again, then forward.
+            self.renewed = self.clock.t
+            self.relist()
+        uid = self.target()
+        if uid is None:
+            return  # held or refused: not forwarded
+        self.server.forwarded.append((self.instance, uid, self.clock.t))
+        # A pod already gone (deleted by someone else, its retire then recorded at once) is not a
+        # breach of the seal: such a call finds nobody at that address (a view that lags).
+        if uid in self.server.sealed_at and uid not in self.server.gone_uids:
+            self.server.violation(f"gateway {self.instance} forwarded a call to pod uid {uid} after its "
+                                  f"StoppingAdmission completed (t={self.server.sealed_at[uid]:.0f})")
+
+    def seal(self, uid: str) -> int:
+        if not self.running():
+            raise gw.AdminError(f"{self.instance}: unreachable")
+        self.sealed.add(uid)
+        return 0
+
+    def inflight(self, uid: str) -> int:
+        if not self.running():
+            raise gw.AdminError(f"{self.instance}: unreachable")
+        return 0
+
+
+class SimGateways:
+    """baton.sealing's Gateways, answered by the modelled replicas (and crashed ones' Leases)."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def _by_instance(self, instance: str) -> Gateway | None:
+        return next((g for g in self.server.gateways if g.instance == instance and g.alive), None)
+
+    async def live(self) -> list[gw.Replica]:
+        t = self.server.clock.t
+        out = [gw.Replica(g.instance, g.name) for g in self.server.gateways if g.live()]
+        out += [gw.Replica(i, "ghost") for i, renewed in self.server.ghost_gateways.items()
+                if renewed + GATEWAY_LEASE_SECONDS > t]
+        return out
+
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int:
+        g = self._by_instance(replica.name)
+        if g is None:
+            raise gw.AdminError(f"{replica.name}: unreachable")
+        return g.seal(uid)
+
+    async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
+        g = self._by_instance(replica.name)
+        if g is None:
+            raise gw.AdminError(f"{replica.name}: unreachable")
+        return g.inflight(uid)
+
+
 class FakeApi:
     """Stands in for ``baton.k8s.api.Api``: the same two calls, answered by ``Server``."""
 
@@ -736,12 +897,21 @@ class Replica:
             plural="toolruntimeclaims", namespace=NS, store=self.views.claims)
         self.claims_informer.synced.set()
         self.views.informers.append(self.claims_informer)
+        # The EndpointSlice view is listed too (the simulated cluster has no EndpointSlice
+        # controller: no slice ever lists a pod). Unlisted, every stop of admission would wait
+        # for its drainSeconds and end DrainIncomplete (baton.cache.snapshot fails closed).
+        slices = informer.Informer(
+            FakeApi(self.server), kind="EndpointSlice", group_version="discovery.k8s.io/v1",
+            plural="endpointslices", namespace=NS, store=self.views.slices)
+        slices.synced.set()
+        self.views.informers.append(slices)
         self.woken = False
         self.executor = execute.Executor(identity=self.identity, lease_seconds=LEASE_SECONDS, views=self.views,
                                          clock=self.clock, faults=faults_mod.Faults())
         self.reconciler = reconcile.Reconciler(
             identity=self.identity, lease_seconds=LEASE_SECONDS, backoff_base_seconds=5.0, views=self.views,
-            executor=self.executor, prober=ToolProber(self.server), clock=self.clock, configs=triggers.ConfigIndex())
+            executor=self.executor, prober=ToolProber(self.server), clock=self.clock, configs=triggers.ConfigIndex(),
+            gateways=SimGateways(self.server))
         self.cursor = 0
         self.lagging = False
         # One watch stream behind the others (each kind is its own stream in a cluster): its

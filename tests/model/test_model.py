@@ -47,13 +47,19 @@ class BatonModel(RuleBasedStateMachine):
         self.clock = sim.Clock()
         self.server = sim.Server(self.clock)
         self.undo = sim.install(self.server, self.clock)
-        self.server.create_runtime(sim.base_spec())
+        self.server.create_runtime(self.spec())
         self.replicas = [sim.Replica(name, self.server, self.clock) for name in REPLICAS]
         self.trace: list[str] = []
         self.started = time.monotonic()
         self.claims_listed_at: dict[int, float] = {}  # replica -> when its claims view is listed again
         self.forbidden = False  # the claims view forbidden to every replica
         self._quiet_events, self._quiet_since = -1, 0.0  # run_until_settled: the watch log's length, since when
+
+    def spec(self) -> dict[str, Any]:
+        return sim.base_spec()
+
+    def each_second(self) -> None:
+        """What else happens in each simulated second (a subclass's actors)."""
 
     def _t(self, *parts: object) -> None:
         self.trace.append(":".join(str(x) for x in parts))
@@ -303,6 +309,7 @@ class BatonModel(RuleBasedStateMachine):
                     self.replicas[i].claims_informer.synced.set()
                     del self.claims_listed_at[i]
             self.server.tick()
+            self.each_second()
             for r in self.replicas:
                 r.renew()
             self.server.check_state()

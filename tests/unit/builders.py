@@ -75,11 +75,12 @@ def spec(
     probe: bool = False,
     suspend: bool = False,
     force: bool = False,
+    gateway: bool = False,
     **budgets: int,
 ) -> sp.ToolRuntimeSpec:
     return sp.ToolRuntimeSpec(
         template=TEMPLATE,
-        service=SERVICE if service else None,
+        service=SERVICE.model_copy(update={"gateway": True}) if gateway else SERVICE if service else None,
         budgets=sp.Budgets(**budgets),
         drain=PROBE if probe else sp.Drain(),
         recovery=sp.Recovery(on_cleanup_failure=sp.OnCleanupFailure.FORCE if force else sp.OnCleanupFailure.HOLD),

@@ -98,6 +98,13 @@ def _pod_rejected(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, 
     return p.Plan((p.WriteStatus(status), *rejected, p.ReleaseLease()), transitions.remaining(not_before, now), "pod rejected: back off")
 
 
+def drain_probe_misconfigured_message(o: obs.Observed) -> str:
+    probe = o.spec.drain.probe
+    where = f"GET {probe.http_get.path} on port {probe.http_get.port}" if probe is not None else "the drain probe"
+    return (f"spec.drain.probe {where} {o.drain_probe_error or 'names no endpoint of the tool'}: a drain cannot "
+            "ask it, so it will not wait for calls in flight; fix the path or remove the probe")
+
+
 def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     """Connecting: the new pod becomes Ready and serving (then it is current), is lost (a new
     number), or misses connectSeconds (retired, and the runtime backs off)."""
@@ -148,12 +155,18 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
             (st.ConditionType.SUSPENDED, False, st.Reason.ACTIVE, ""),
         ]
         degraded = status.condition(st.ConditionType.DEGRADED)
-        if degraded and degraded.status == "True":
+        said: tuple[p.Action, ...] = ()
+        if o.drain_probe_misconfigured:
+            msg = drain_probe_misconfigured_message(o)
+            changes.append((st.ConditionType.DEGRADED, True, st.Reason.DRAIN_PROBE_MISCONFIGURED, msg))
+            said = (p.Event("Warning", st.Reason.DRAIN_PROBE_MISCONFIGURED.value, msg),)
+        elif degraded and degraded.status == "True":
             changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, f"generation {to} became Ready"))
         status = conditions.with_conditions(conditions.initial_conditions(status, o, now), o, now, *changes)
         return p.Plan(
             (p.WriteStatus(status), transitions.step_timing(t, now),
-             p.Event("Normal", st.Reason.GENERATION_READY.value, f"generation {to} ({pod.name}) is Ready and serving")),
+             p.Event("Normal", st.Reason.GENERATION_READY.value, f"generation {to} ({pod.name}) is Ready and serving"),
+             *said),
             0, f"g{to} ready",
         )
     if t.deadline is not None and now >= t.deadline:

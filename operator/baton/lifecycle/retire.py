@@ -27,9 +27,43 @@ def _drain_incomplete(o: obs.Observed, t: st.Transition, why: str) -> tuple[p.Ac
     )
 
 
+# How often a retire routed through the gateway asks the gateway replicas again (a seal not yet
+# confirmed, calls still in flight): each ask is one small admin call per replica, and the handoff
+# should end within about this long of the last call finishing.
+GATEWAY_POLL_SECONDS = 0.5
+# A drain note (history) names at most this many gateway replicas.
+NAMED_REPLICAS = 5
+# Trimmed to fit status.transition.drainNote (the CRD's maxLength).
+DRAIN_NOTE_LIMIT = 400
+
+
+def _gateway(o: obs.Observed) -> bool:
+    """The runtime's Service is routed through the gateway (spec.service.gateway)."""
+    return o.spec.service is not None and o.spec.service.gateway
+
+
+def _replicas(o: obs.Observed) -> str:
+    """The gateway replicas that did not answer, named (a few), or why none could be asked."""
+    who = o.gateway_unconfirmed
+    if who:
+        more = len(who) - NAMED_REPLICAS
+        return ", ".join(who[:NAMED_REPLICAS]) + (f" and {more} more" if more > 0 else "")
+    return o.gateway_error or "not asked yet"
+
+
+def _note(text: str) -> str:
+    return text if len(text) <= DRAIN_NOTE_LIMIT else text[:DRAIN_NOTE_LIMIT - 1] + "…"
+
+
+# Said in history when a retire did not wait for calls in flight: nothing could count them.
+NOT_DRAINED = "not drained: no drain probe and no gateway, so calls in flight were not waited for"
+
+
 def stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     """StoppingAdmission: pins first, then take the pod out of the Service and wait for the
-    EndpointSlices to drop it; Draining next (or Terminating, with no probe to ask)."""
+    EndpointSlices to drop it; with the gateway, wait until every live gateway replica confirmed
+    the seal (it forwards no new call to the pod). Draining next (or Terminating, with neither a
+    probe nor the gateway to ask)."""
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
@@ -49,35 +83,77 @@ def stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime
             return _terminate(o, t, now, old, drain_incomplete=True,
                               extra=_drain_incomplete(o, t, "EndpointSlices still listed the pod"))
         return p.Plan((), transitions.remaining(t.deadline, now), "waiting for EndpointSlices to drop the pod")
+    if _gateway(o):
+        if not o.gateway_sealed:
+            # The seal invariant: this step completes only when no live gateway replica can
+            # forward a new call to the pod. Bounded by the drain budget; past it, said and named.
+            if t.deadline is not None and now >= t.deadline:
+                why = f"gateway replicas did not confirm the seal ({_replicas(o)})"
+                return _terminate(o, t, now, old, drain_incomplete=True, message=why, drain_note=_note(why),
+                                  extra=_drain_incomplete(o, t, why))
+            return p.Plan((), min(GATEWAY_POLL_SECONDS, transitions.remaining(t.deadline, now)),
+                          "waiting for the gateway replicas to confirm the seal")
+        # Sealed: Draining counts the calls still in flight, probe or not.
+        return transitions.advance(o, t, now, st.Step.DRAINING, deadline=t.deadline)
     if o.spec.drain.probe is None:
         # Nothing to drain (no probe to ask): Draining would end at once, so it is not written.
-        return _terminate(o, t, now, old)
+        quiet = t.trigger in (st.Trigger.POD_LOST, st.Trigger.CONNECT_TIMEOUT)  # it never served, or is gone
+        return _terminate(o, t, now, old, drain_note=None if quiet else NOT_DRAINED)
     return transitions.advance(o, t, now, st.Step.DRAINING, deadline=t.deadline)
 
 
 def draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
-    """Draining: wait for the drain probe to say idle, bounded by drainSeconds; then terminate."""
+    """Draining: wait until the drain probe says idle and, with the gateway, no call is in flight
+    on the pod at any live gateway replica (an unreadable count is busy); bounded by
+    drainSeconds; then terminate."""
     old = o.pod_by_uid(t.from_uid)
     if old is None:
         return _retire_done(o, t, now)
     probe = o.spec.drain.probe
-    if probe is None or o.drain_idle:
+    gateway = _gateway(o)
+    misconfigured = probe is not None and o.drain_probe_misconfigured
+    # A probe the tool has no endpoint for is not a busy tool: it is said, and not waited for.
+    probe_idle = probe is None or bool(o.drain_idle) or misconfigured
+    calls_done = not gateway or o.gateway_inflight == 0
+    if probe is None and not gateway:
+        return _terminate(o, t, now, old, drain_note=NOT_DRAINED)  # resumed after the gateway was turned off
+    if probe_idle and calls_done:
+        if misconfigured:
+            msg = create.drain_probe_misconfigured_message(o)
+            return _terminate(o, t, now, old, message=msg,
+                              drain_note=None if gateway else _note(f"not drained: {msg}"),
+                              extra=(p.Event("Warning", st.Reason.DRAIN_PROBE_MISCONFIGURED.value, msg),))
         return _terminate(o, t, now, old)
     if t.deadline is not None and now >= t.deadline:
-        why = "the drain probe did not answer 200" + (f" (last: {o.drain_probe_error})" if o.drain_probe_error else "")
-        return _terminate(o, t, now, old, drain_incomplete=True, message=why, extra=_drain_incomplete(o, t, why))
-    return p.Plan((), min(float(probe.period_seconds), transitions.remaining(t.deadline, now)), "draining")
+        parts: list[str] = []
+        if not calls_done:
+            n = o.gateway_inflight
+            parts.append(f"{n} call{'' if n == 1 else 's'} still in flight at the gateway" if n is not None
+                         else f"the gateway's in-flight count could not be read ({_replicas(o)})")
+        if not probe_idle:
+            parts.append("the drain probe did not answer 200"
+                         + (f" (last: {o.drain_probe_error})" if o.drain_probe_error else ""))
+        why = "; ".join(parts)
+        return _terminate(o, t, now, old, drain_incomplete=True, message=why,
+                          drain_note=_note(why) if not calls_done else None, extra=_drain_incomplete(o, t, why))
+    period = float(probe.period_seconds) if probe is not None and not probe_idle else GATEWAY_POLL_SECONDS
+    if gateway:
+        period = min(period, GATEWAY_POLL_SECONDS)
+    return p.Plan((), min(period, transitions.remaining(t.deadline, now)), "draining")
 
 
 def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo, *,
-               extra: tuple[p.Action, ...] = (), drain_incomplete: bool = False, message: str | None = None) -> p.Plan:
+               extra: tuple[p.Action, ...] = (), drain_incomplete: bool = False, message: str | None = None,
+               drain_note: str | None = None) -> p.Plan:
     """Advance to Terminating and delete the old pod in the same plan: the executor sends the
     delete only after the Terminating step is persisted (it stops at the first failure), which
-    is all the guarantee asks; one pass fewer on every handoff's critical path."""
+    is all the guarantee asks; one pass fewer on every handoff's critical path. `drain_note`
+    (calls cut, or not waited for) goes into the generation's history entry."""
     grace = o.spec.budgets.termination_grace_seconds
     return transitions.advance(o, t, now, st.Step.TERMINATING, deadline=now + transitions.seconds(o.spec.budgets.cleanup_seconds),
                     extra=(*extra, p.DeletePod(old.name, old.uid, grace)), drain_incomplete=drain_incomplete,
-                    message=t.message if message is None else message)
+                    message=t.message if message is None else message,
+                    drain_note=t.drain_note if drain_note is None else drain_note)
 
 
 def terminating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
@@ -234,7 +310,9 @@ def _retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clea
         retired_at=now,
         outcome=outcome,
         message="; ".join(m for m in (
-            t.force_retired, "drain incomplete" if t.drain_incomplete else None,
+            t.force_retired,
+            (f"drain incomplete: {t.drain_note}" if t.drain_note else "drain incomplete") if t.drain_incomplete
+            else t.drain_note,
             f"pod {t.from_pod} left in place: its ownerReference was removed" if orphaned_pod else None) if m) or None,
     )
     history = status.history

@@ -84,9 +84,21 @@ class Observed(base.Model):
     # Only read while draining, by the Lease holder: did the drain probe answer 200?
     drain_idle: bool | None = None
     drain_probe_error: str | None = None  # why the last probe did not count as idle
+    # The drain probe answered 404, 405 or 501 (no such endpoint): misconfigured, never "busy".
+    # Asked while Draining, and once of a new generation's pod when it becomes Ready.
+    drain_probe_misconfigured: bool = False
     # (Also while a change waits for idle under handoff policy WhenIdle, then of the serving pod.)
     # When this process last probed the serving pod for a waiting change (its own clock).
     idle_checked_at: datetime.datetime | None = None
+    # Only with spec.service.gateway, filled by the Lease holder outside decide() (baton.sealing):
+    # while stopping admission, whether every live gateway replica confirmed that it forwards no
+    # new call to the retiring pod (None: not asked, counted as not confirmed); while draining,
+    # the calls still in flight on it summed over the live replicas (None: a replica could not
+    # be read, counted busy). `gateway_unconfirmed` names the replicas that did not answer.
+    gateway_sealed: bool | None = None
+    gateway_inflight: int | None = None
+    gateway_unconfirmed: tuple[str, ...] = ()
+    gateway_error: str | None = None  # the gateway Leases could not be listed: why
     # ToolRuntimeClaims that name this runtime (spec.runtimeRef.name), from the watch-fed view.
     claims: tuple[claims_model.Claim, ...] = ()
     # False until the claims view is listed (or while it is forbidden): pins are then unknown, and

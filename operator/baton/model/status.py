@@ -62,6 +62,7 @@ class Reason(str, enum.Enum):
     INVALID_SPEC = "InvalidSpec"
     UNKNOWN_STEP = "UnknownStep"
     SERVICE_ERROR = "ServiceError"
+    DRAIN_PROBE_MISCONFIGURED = "DrainProbeMisconfigured"  # Degraded, event: the probe's path is not the tool's
     WAITING_FOR_IDLE = "WaitingForIdle"  # UpdatePending: policy WhenIdle
     WAITING_FOR_RESET = "WaitingForReset"  # UpdatePending: policy Manual
     UP_TO_DATE = "UpToDate"  # UpdatePending=False
@@ -176,6 +177,8 @@ class Transition(base.Model):
     step_started_at: datetime.datetime
     deadline: datetime.datetime | None = None
     drain_incomplete: bool = False
+    # What the drain did not do, for the history entry: calls cut at the budget, or not waited for.
+    drain_note: str | None = None
     forced: bool = False
     message: str | None = None
     attempt: int | None = None  # refusals of this step by the API server (pod creation)

@@ -58,6 +58,14 @@ def test_200_is_idle_and_503_is_not() -> None:
     assert not busy.idle and busy.error == "answered 503"
 
 
+@pytest.mark.parametrize("code", [404, 405, 501])
+def test_no_such_endpoint_is_a_misconfigured_probe_not_a_busy_tool(code: int) -> None:
+    result, _ = asyncio.run(run_probe(answer(f"HTTP/1.1 {code} Nope\r\n\r\n".encode())))
+    assert not result.idle and result.misconfigured and f"answered {code}" in (result.error or "")
+    busy, _ = asyncio.run(run_probe(answer(b"HTTP/1.1 503 Busy\r\n\r\n")))
+    assert not busy.misconfigured
+
+
 def test_redirect_is_not_followed() -> None:
     async def scenario() -> tuple[drainprobe.Result, int]:
         canary_hits = 0

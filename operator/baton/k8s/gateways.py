@@ -1,0 +1,129 @@
+"""The gateway replicas, as the operator sees them (DESIGN.md "Gateway"; the contract in
+docs/architecture.md, "Sealed admission"). Does I/O: one LIST of Leases in the system namespace
+through the API server, and two admin calls to each live replica over aiohttp.
+
+Each replica registers itself with a Lease labelled baton.dev/component=gateway in
+BATON_SYSTEM_NAMESPACE, renewed while it lives, whose annotation baton.dev/gateway-admin carries
+its admin address (host:port). Live = renewTime + leaseDurationSeconds is still ahead of this
+process's clock, and the annotation is there. The admin calls dial only those addresses, each
+bounded by one short total deadline: a pass is never held long by a replica that does not answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+import aiohttp
+
+from baton.k8s import api, client
+from baton.model import names
+
+# The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
+# of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("coordination.k8s.io", "leases", ("list",)),)
+
+# One admin call's total deadline (connect, send, read). Short: the pass waits for it.
+ADMIN_TIMEOUT_SECONDS = 2.0
+# An admin answer is a small JSON object; anything longer is not one.
+MAX_ADMIN_RESPONSE_BYTES = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+    """A live gateway replica: its Lease's name (what a message names) and its admin address."""
+
+    name: str
+    admin: str  # host:port
+
+
+class AdminError(Exception):
+    """An admin call that did not give a usable answer (unreachable, timed out, not 200, not JSON)."""
+
+
+def live_replicas(leases: list[dict[str, Any]], *, now: datetime.datetime) -> list[Replica]:
+    """The replicas whose Lease is live at `now` (pure: the listing's interpretation)."""
+    out: list[Replica] = []
+    for lease in leases:
+        meta = lease.get("metadata") or {}
+        spec = lease.get("spec") or {}
+        admin = (meta.get("annotations") or {}).get(names.ANN_GATEWAY_ADMIN)
+        try:
+            renewed = client.parse_time(spec.get("renewTime"))
+        except ValueError:
+            continue  # not a time: nothing says this replica is alive
+        duration = spec.get("leaseDurationSeconds")
+        if not admin or renewed is None or not isinstance(duration, int) or isinstance(duration, bool):
+            continue
+        if renewed + datetime.timedelta(seconds=duration) > now:
+            out.append(Replica(name=str(meta.get("name") or ""), admin=str(admin)))
+    return sorted(out, key=lambda r: r.name)
+
+
+async def list_live(namespace: str, *, now: datetime.datetime) -> list[Replica]:
+    """LIST the gateway Leases of the system namespace (a fresh read: a replica that registered a
+    moment ago must be counted) and keep the live ones."""
+    items, _ = await client.work().list(
+        api.path("coordination.k8s.io/v1", "leases", namespace),
+        label_selector=f"{names.LABEL_COMPONENT}={names.COMPONENT_GATEWAY}",
+    )
+    return live_replicas(items, now=now)
+
+
+def _url(admin: str, path: str) -> str:
+    host, sep, port = admin.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise AdminError(f"admin address {admin!r} is not host:port")
+    return f"http://{host}:{port}{path}"
+
+
+async def _call(method: str, url: str, *, body: dict[str, Any] | None = None,
+                timeout: float = ADMIN_TIMEOUT_SECONDS) -> dict[str, Any]:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+            async with session.request(method, url, json=body, allow_redirects=False) as resp:
+                raw = await resp.content.read(MAX_ADMIN_RESPONSE_BYTES + 1)
+                if resp.status != 200:
+                    raise AdminError(f"{method} {url}: {resp.status}")
+    except AdminError:
+        raise
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        raise AdminError(f"{method} {url}: {type(exc).__name__} {exc}".strip()) from exc
+    if len(raw) > MAX_ADMIN_RESPONSE_BYTES:
+        raise AdminError(f"{method} {url}: answer over {MAX_ADMIN_RESPONSE_BYTES} bytes")
+    try:
+        answer = json.loads(raw)
+    except ValueError as exc:
+        raise AdminError(f"{method} {url}: not JSON") from exc
+    if not isinstance(answer, dict):
+        raise AdminError(f"{method} {url}: not a JSON object")
+    return answer
+
+
+def _count(answer: dict[str, Any], what: str) -> int:
+    n = answer.get("inflight")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise AdminError(f"{what}: no in-flight count in the answer")
+    return n
+
+
+async def seal(replica: Replica, *, namespace: str, runtime: str, uid: str,
+               timeout: float = ADMIN_TIMEOUT_SECONDS) -> int:
+    """POST /v1/seal: from this answer on, the replica forwards no new call to pod `uid`. Returns
+    its in-flight count for that pod; AdminError unless it confirmed (sealed: true)."""
+    answer = await _call("POST", _url(replica.admin, "/v1/seal"),
+                         body={"namespace": namespace, "runtime": runtime, "uid": uid}, timeout=timeout)
+    if answer.get("sealed") is not True:
+        raise AdminError(f"{replica.name}: seal not confirmed")
+    return _count(answer, replica.name)
+
+
+async def inflight(replica: Replica, *, uid: str, timeout: float = ADMIN_TIMEOUT_SECONDS) -> int:
+    """GET /v1/inflight: calls forwarded to pod `uid` and not yet answered in full (streams and
+    WebSockets included) on this replica."""
+    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + urlencode({"uid": uid})), timeout=timeout)
+    return _count(answer, replica.name)
+

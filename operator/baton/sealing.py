@@ -1,0 +1,96 @@
+"""What the gateway replicas say about a retiring pod, as the pass's Observed (spec.service.gateway
+only). Does I/O only through the Gateways it is given (baton.k8s.gateways: a LIST of the gateway
+Leases, then the admin calls of each live replica, side by side, each bounded).
+
+Two questions, each asked only by the runtime's Lease holder (other replicas never call the
+gateways), and only at its step:
+- StoppingAdmission, once the pod is labelled serving=false: seal it on every live replica
+  (POST /v1/seal); sealed when every one confirmed (none live: sealed, nobody can forward).
+- Draining: the calls still in flight on it, summed over the live replicas (GET /v1/inflight);
+  a replica that cannot be read makes the count unknown (counted busy by decide()).
+decide() (baton.lifecycle.retire) judges the answers; nothing here decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol, Sequence
+
+from baton import clock as clock_mod
+from baton.k8s import client
+from baton.k8s import gateways as gw
+from baton.model import observed as observed_mod
+from baton.model import status as status_mod
+
+log = logging.getLogger("baton.sealing")
+
+# The LIST of gateway Leases: bounded apart from the API client's own timeouts, so that a pass is
+# never held long (the admin calls carry their own, gw.ADMIN_TIMEOUT_SECONDS, side by side).
+LIST_TIMEOUT_SECONDS = 3.0
+
+
+class Gateways(Protocol):
+    async def live(self) -> Sequence[gw.Replica]: ...
+
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int: ...
+
+    async def inflight(self, replica: gw.Replica, *, uid: str) -> int: ...
+
+
+class ApiGateways:
+    """The gateway replicas registered in `namespace` (BATON_SYSTEM_NAMESPACE), by the API server."""
+
+    def __init__(self, *, namespace: str, clock: clock_mod.Clock) -> None:
+        self.namespace = namespace
+        self.clock = clock
+
+    async def live(self) -> Sequence[gw.Replica]:
+        return await asyncio.wait_for(gw.list_live(self.namespace, now=self.clock.wall()), LIST_TIMEOUT_SECONDS)
+
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int:
+        return await gw.seal(replica, namespace=namespace, runtime=runtime, uid=uid)
+
+    async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
+        return await gw.inflight(replica, uid=uid)
+
+
+def applies(o: observed_mod.Observed) -> bool:
+    """The runtime is routed through the gateway."""
+    return o.spec.service is not None and o.spec.service.gateway
+
+
+async def observe(o: observed_mod.Observed, *, gateways: Gateways | None, holds: bool) -> observed_mod.Observed:
+    """`o` with the gateways' answers this pass needs (the same `o` if none)."""
+    t = o.status.transition
+    if gateways is None or not holds or t is None or not t.from_uid or not applies(o):
+        return o
+    pod = o.pod_by_uid(t.from_uid)
+    if pod is None:
+        return o
+    sealing = t.step == status_mod.Step.STOPPING_ADMISSION and not pod.serving
+    if not sealing and t.step != status_mod.Step.DRAINING:
+        return o
+    try:
+        replicas = list(await gateways.live())
+    except Exception as exc:  # the API server unreachable, slow, or refusing: not sealed, not counted
+        why = f"the gateway Leases could not be listed: {client.short(exc) or type(exc).__name__}"
+        log.warning(why, extra={"runtime": f"{o.namespace}/{o.name}"})
+        return o.model_copy(update={"gateway_sealed": False if sealing else None, "gateway_inflight": None,
+                                    "gateway_error": why})
+    uid = t.from_uid
+    if sealing:
+        asked = [gateways.seal(r, namespace=o.namespace, runtime=o.name, uid=uid) for r in replicas]
+    else:
+        asked = [gateways.inflight(r, uid=uid) for r in replicas]
+    answers = await asyncio.gather(*asked, return_exceptions=True)
+    counts = [a for a in answers if isinstance(a, int)]
+    failed = tuple(r.name for r, a in zip(replicas, answers) if not isinstance(a, int))
+    for r, a in zip(replicas, answers):
+        if isinstance(a, BaseException):
+            log.info("gateway %s: %s", r.name, a, extra={"runtime": f"{o.namespace}/{o.name}"})
+    inflight = None if failed else sum(counts)
+    update: dict[str, object] = {"gateway_inflight": inflight, "gateway_unconfirmed": failed}
+    if sealing:
+        update["gateway_sealed"] = not failed
+    return o.model_copy(update=update)

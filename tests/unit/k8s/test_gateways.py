@@ -1,0 +1,194 @@
+"""The gateway adapter: which registration Leases are live (pure), the admin calls against a real
+aiohttp server on loopback (bounded; anything but a confirmed answer is an AdminError), and
+baton.sealing's observation with the replicas stubbed at that adapter boundary."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from typing import Any, Sequence
+
+import pytest
+from aiohttp import web
+
+from baton import sealing
+from baton.k8s import gateways as gw
+from baton.model import names
+from baton.model import status as st
+
+from .. import builders as b
+from ..lifecycle.shapes import OLD_QUIET, retiring
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime.datetime(2026, 12, 2, 1, 0, 0, tzinfo=datetime.timezone.utc)
+
+
+def lease(name: str, *, renewed: float, duration: Any = 15, admin: str | None = "127.0.0.1:9") -> dict[str, Any]:
+    ann = {names.ANN_GATEWAY_ADMIN: admin} if admin is not None else {}
+    return {"metadata": {"name": name, "annotations": ann,
+                         "labels": {names.LABEL_COMPONENT: names.COMPONENT_GATEWAY}},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": duration,
+                     "renewTime": (NOW + datetime.timedelta(seconds=renewed)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
+
+
+def test_live_replicas_are_those_renewed_within_their_duration_with_an_admin_address() -> None:
+    leases = [
+        lease("baton-gateway.b", renewed=-5),
+        lease("baton-gateway.a", renewed=-14.5),
+        lease("baton-gateway.expired", renewed=-15),
+        lease("baton-gateway.noadmin", renewed=-1, admin=None),
+        lease("baton-gateway.noduration", renewed=-1, duration=None),
+        lease("baton-gateway.boolduration", renewed=-1, duration=True),
+        {"metadata": {"name": "baton-gateway.badtime", "annotations": {names.ANN_GATEWAY_ADMIN: "127.0.0.1:9"}},
+         "spec": {"leaseDurationSeconds": 15, "renewTime": "yesterday"}},
+        {"metadata": {"name": "baton-gateway.nothing"}},
+    ]
+    live = gw.live_replicas(leases, now=NOW)
+    assert live == [gw.Replica("baton-gateway.a", "127.0.0.1:9"), gw.Replica("baton-gateway.b", "127.0.0.1:9")]
+
+
+class Admin:
+    """A real admin listener on 127.0.0.1 answering what the test says."""
+
+    def __init__(self) -> None:
+        self.seal_answer: Any = {"sealed": True, "inflight": 2}
+        self.inflight_answer: Any = {"uid": "u", "inflight": 1, "sealed": True}
+        self.status = 200
+        self.delay = 0.0
+        self.requests: list[tuple[str, str, Any]] = []
+
+    async def seal(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("POST", request.path_qs, await request.json()))
+        await asyncio.sleep(self.delay)
+        return web.json_response(self.seal_answer, status=self.status)
+
+    async def inflight(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(("GET", request.path_qs, None))
+        await asyncio.sleep(self.delay)
+        return web.json_response(self.inflight_answer, status=self.status)
+
+
+async def _serve(admin: Admin) -> tuple[web.AppRunner, gw.Replica]:
+    app = web.Application()
+    app.router.add_post("/v1/seal", admin.seal)
+    app.router.add_get("/v1/inflight", admin.inflight)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, gw.Replica("baton-gateway.t", f"127.0.0.1:{port}")
+
+
+def test_admin_calls_send_the_contract_and_read_the_count() -> None:
+    async def run() -> None:
+        admin = Admin()
+        runner, replica = await _serve(admin)
+        try:
+            assert await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7") == 2
+            assert await gw.inflight(replica, uid="uid-7") == 1
+            assert admin.requests == [("POST", "/v1/seal", {"namespace": "ns", "runtime": "rt", "uid": "uid-7"}),
+                                      ("GET", "/v1/inflight?uid=uid-7", None)]
+            admin.seal_answer = {"sealed": False, "inflight": 0}
+            with pytest.raises(gw.AdminError, match="not confirmed"):
+                await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7")
+            admin.inflight_answer = {"inflight": -1}
+            with pytest.raises(gw.AdminError, match="no in-flight count"):
+                await gw.inflight(replica, uid="uid-7")
+            admin.inflight_answer = [1]
+            with pytest.raises(gw.AdminError, match="not a JSON object"):
+                await gw.inflight(replica, uid="uid-7")
+            admin.status = 500
+            with pytest.raises(gw.AdminError, match="500"):
+                await gw.inflight(replica, uid="uid-7")
+            admin.status, admin.delay = 200, 3.0
+            started = time.monotonic()
+            with pytest.raises(gw.AdminError, match="Timeout"):
+                await gw.inflight(replica, uid="uid-7", timeout=0.3)
+            assert time.monotonic() - started < 2.0
+        finally:
+            await runner.cleanup()
+    asyncio.run(run())
+
+
+def test_an_unreachable_or_malformed_admin_address_is_an_admin_error() -> None:
+    async def run() -> None:
+        with pytest.raises(gw.AdminError):
+            await gw.inflight(gw.Replica("x", "127.0.0.1:1"), uid="u", timeout=1.0)  # nothing listens on port 1
+        with pytest.raises(gw.AdminError, match="not host:port"):
+            await gw.inflight(gw.Replica("x", "no-port"), uid="u")
+    asyncio.run(run())
+
+
+class Stub:
+    """The gateways, stubbed at the adapter boundary: per replica, a count or an exception."""
+
+    def __init__(self, answers: dict[str, int | Exception], *, listing: Exception | None = None) -> None:
+        self.answers = answers
+        self.listing = listing
+        self.calls: list[tuple[str, str]] = []
+
+    async def live(self) -> Sequence[gw.Replica]:
+        if self.listing is not None:
+            raise self.listing
+        return [gw.Replica(n, "127.0.0.1:9") for n in self.answers]
+
+    def _answer(self, what: str, replica: gw.Replica) -> int:
+        self.calls.append((what, replica.name))
+        a = self.answers[replica.name]
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int:
+        assert uid == "uid-7"
+        return self._answer("seal", replica)
+
+    async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
+        assert uid == "uid-7"
+        return self._answer("inflight", replica)
+
+
+def observed(step: st.Step, *, gateway: bool = True, serving: bool = False) -> Any:
+    pod = OLD_QUIET if not serving else b.pod(7)
+    return b.observed(status_=retiring(step), pods=(pod,), spec_=b.spec(gateway=gateway, service=True),
+                      desired_hash=b.HASH2)
+
+
+def test_sealing_asks_every_live_replica_and_names_those_that_did_not_confirm() -> None:
+    stub = Stub({"a": 1, "b": gw.AdminError("b: timeout"), "c": 2})
+    o = asyncio.run(sealing.observe(observed(st.Step.STOPPING_ADMISSION), gateways=stub, holds=True))
+    assert (o.gateway_sealed, o.gateway_inflight, o.gateway_unconfirmed) == (False, None, ("b",))
+    assert sorted(stub.calls) == [("seal", "a"), ("seal", "b"), ("seal", "c")]
+    o = asyncio.run(sealing.observe(observed(st.Step.STOPPING_ADMISSION), gateways=Stub({"a": 1, "c": 2}), holds=True))
+    assert (o.gateway_sealed, o.gateway_inflight, o.gateway_unconfirmed) == (True, 3, ())
+    # No live replica: nobody can forward, sealed.
+    o = asyncio.run(sealing.observe(observed(st.Step.STOPPING_ADMISSION), gateways=Stub({}), holds=True))
+    assert (o.gateway_sealed, o.gateway_inflight) == (True, 0)
+
+
+def test_draining_sums_the_counts_and_an_unreadable_replica_makes_it_unknown() -> None:
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({"a": 0, "c": 4}), holds=True))
+    assert (o.gateway_sealed, o.gateway_inflight) == (None, 4)
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({"a": 0, "c": OSError("refused")}),
+                                    holds=True))
+    assert (o.gateway_inflight, o.gateway_unconfirmed) == (None, ("c",))
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({}, listing=TimeoutError()), holds=True))
+    assert o.gateway_inflight is None and o.gateway_error and "could not be listed" in o.gateway_error
+
+
+def test_nothing_is_asked_unless_the_holder_retires_a_gateway_runtime_at_the_right_moment() -> None:
+    for o, holds in [
+        (observed(st.Step.STOPPING_ADMISSION), False),  # not the Lease holder
+        (observed(st.Step.STOPPING_ADMISSION, gateway=False), True),  # not routed through the gateway
+        (observed(st.Step.STOPPING_ADMISSION, serving=True), True),  # the label flip has not landed
+        (observed(st.Step.TERMINATING), True),
+    ]:
+        stub = Stub({"a": 0})
+        assert asyncio.run(sealing.observe(o, gateways=stub, holds=holds)) is o
+        assert stub.calls == []
+    stub = Stub({}, listing=TimeoutError())
+    o = asyncio.run(sealing.observe(observed(st.Step.STOPPING_ADMISSION), gateways=stub, holds=True))
+    assert o.gateway_sealed is False and o.gateway_error is not None
