@@ -40,7 +40,7 @@ POD_ADDRESSES_CAP = 65536
 
 
 class PodResolver(aiohttp.abc.AbstractResolver):
-    """Resolves `<pod uid>.pod.baton.invalid` to the IP the API gave for that pod, and nothing
+    """Resolves `<pod uid>.<POD_DOMAIN>` to the IP the API gave for that pod, and nothing
     else. Dialling by that name keys the connection pool by pod UID: a kept-alive connection
     opened to one pod is never reused for its successor, even when the successor got the same
     IP (pod IPs are reused)."""
