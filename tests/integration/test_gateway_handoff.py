@@ -75,10 +75,13 @@ class ClientLoop:
         return {r.generation for w in self.replies for _, r in list(w) if isinstance(r, Reply) and r.generation}
 
 
+@pytest.mark.parametrize("seal", [False, True], ids=["label-flip", "sealed"])
 def test_a_client_loop_fails_no_call_across_a_handoff(operators: Callable[..., OperatorProcess],
                                                       gateways: Callable[..., GatewayProcess], rts: Runtimes,
-                                                      namespace: str, fleet: ToolFleet) -> None:
-    operators("op-a")
+                                                      namespace: str, fleet: ToolFleet, seal: bool) -> None:
+    # label-flip: the operator does not see the gateway (its system namespace is another one):
+    # admission stops by the serving label alone. sealed: it seals the gateway and counts its calls.
+    operators("op-a", env={"BATON_SYSTEM_NAMESPACE": namespace} if seal else None)
     gw = gateways("gw-a")
     rts.create(gw_runtime("tool", port=fleet.port, admission=60))
     rts.wait_ready("tool", 1)
@@ -105,6 +108,9 @@ def test_a_client_loop_fails_no_call_across_a_handoff(operators: Callable[..., O
         for _, r in worker:
             assert isinstance(r, Reply) and r.json()["result"]["gen"] == r.generation, "Baton-Generation names the pod that answered"
     assert loop.generations_seen() == {1, 2}
+    if seal:
+        uid1 = (rts.status("tool").get("history") or [{}])[-1].get("uid")
+        assert uid1 and gw.admin("GET", f"/v1/inflight?uid={uid1}")[1]["sealed"], "the operator sealed g1 on the gateway"
     held_calls = gw.metric("baton_gateway_calls_total", outcome="held_then_forwarded")
     assert held_calls > 0, "no call was held: the handoff was not exercised"
 
