@@ -32,7 +32,28 @@ def install_digest_key(settings: settings_mod.Settings) -> None:
     configrefs.install_key(configrefs.load_key(settings.digest_key_file))
 
 
+def gateway(argv: list[str]) -> int:
+    """`python -m baton gateway`: the data path (DESIGN.md, "Gateway"); settings from the environment."""
+    # Imported here: its metrics join the registry on import, and the operator serves none of them.
+    from baton.gateway import main as gateway_main
+
+    parser = argparse.ArgumentParser(prog="baton gateway", description="Baton's gateway: holds calls through a handoff.")
+    parser.add_argument("--version", action="version", version=f"baton {baton.version()}")
+    parser.parse_args(argv)
+    settings = settings_mod.GatewaySettings.from_env()
+    logs.configure(settings.log_level)
+    try:
+        client.load_config()
+    except ValueError as exc:  # a connection setting Baton cannot honour (as for the operator)
+        print(f"baton gateway: {exc}", file=sys.stderr)
+        return 2
+    return gateway_main.main(settings)
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["gateway"]:
+        return gateway(argv[1:])
     parser = argparse.ArgumentParser(prog="baton", description="Baton: tool-runtime generations, one at a time.")
     parser.add_argument("--namespace", action="append", default=[],
                         help="watch only this namespace (repeatable; default: BATON_NAMESPACES, else all)")

@@ -98,3 +98,66 @@ class Settings:
             system_namespace=e.get("BATON_SYSTEM_NAMESPACE", "").strip() or "default",
             digest_key_file=e.get("BATON_DIGEST_KEY_FILE", "").strip(),
         )
+
+
+# Pod networks are private ranges in practice; loopback, link-local (the cloud metadata service)
+# and public addresses are never dialled unless BATON_GATEWAY_ALLOWED_CIDRS says so.
+GATEWAY_DEFAULT_CIDRS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8"
+
+
+def _networks(text: str, name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(c.strip(), strict=False) for c in text.split(",") if c.strip())
+    except ValueError as exc:
+        raise ValueError(f"{name}: {exc}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class GatewaySettings:
+    """`python -m baton gateway` (DESIGN.md, "Gateway")."""
+
+    identity: str
+    system_namespace: str  # where the registration Lease lives
+    namespaces: tuple[str, ...]  # watched for ToolRuntimes and pods; empty: all
+    bind: tuple[str, int]  # calls
+    admin_bind: tuple[str, int]  # the operator's seal and in-flight calls
+    admin_address: str  # host:port the operator dials (the Lease's annotation)
+    metrics_bind: tuple[str, int]
+    health_bind: tuple[str, int]
+    allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    lease_seconds: int
+    cluster_domain: str
+    shutdown_grace_seconds: float
+    log_level: str
+    # Bounds: calls held per runtime, bytes of one held call's body, the upstream connect and
+    # idle (no byte either way) timeouts.
+    max_held_per_runtime: int = 1000
+    max_held_body_bytes: int = 1024 * 1024
+    connect_timeout_seconds: float = 3.0
+    idle_timeout_seconds: float = 300.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "GatewaySettings":
+        e = dict(os.environ if env is None else env)
+        admin_bind = _bind(e.get("BATON_GATEWAY_ADMIN_BIND", "0.0.0.0:8082"))
+        host = admin_bind[0]
+        if host in ("0.0.0.0", "::", ""):
+            host = e.get("POD_IP") or socket.gethostname()
+        return cls(
+            identity=e.get("BATON_INSTANCE_ID") or _default_identity(),
+            system_namespace=e.get("BATON_SYSTEM_NAMESPACE") or "default",
+            namespaces=tuple(n.strip() for n in e.get("BATON_NAMESPACES", "").split(",") if n.strip()),
+            bind=_bind(e.get("BATON_GATEWAY_BIND", "0.0.0.0:8000")),
+            admin_bind=admin_bind,
+            admin_address=e.get("BATON_GATEWAY_ADMIN_ADDRESS") or f"{host}:{admin_bind[1]}",
+            metrics_bind=_bind(e.get("BATON_METRICS_BIND", "0.0.0.0:8080")),
+            health_bind=_bind(e.get("BATON_HEALTH_BIND", "0.0.0.0:8081")),
+            allowed=_networks(e.get("BATON_GATEWAY_ALLOWED_CIDRS", GATEWAY_DEFAULT_CIDRS), "BATON_GATEWAY_ALLOWED_CIDRS"),
+            lease_seconds=_bounded(e, "BATON_GATEWAY_LEASE_SECONDS", 15, 3, 300),
+            cluster_domain=(e.get("BATON_CLUSTER_DOMAIN") or "cluster.local").strip("."),
+            shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
+            log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
+            max_held_per_runtime=_bounded(e, "BATON_GATEWAY_MAX_HELD", 1000, 1, 100000),
+            max_held_body_bytes=_bounded(e, "BATON_GATEWAY_MAX_HELD_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
+            idle_timeout_seconds=float(_bounded(e, "BATON_GATEWAY_IDLE_SECONDS", 300, 1, 86400)),
+        )

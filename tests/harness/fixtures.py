@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from harness.gateway import GatewayProcess
 from harness.operator import OperatorProcess
 from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes, install_crd
 from harness.watchlog import PodWatch
@@ -66,6 +67,27 @@ def operators(cluster: Any, crd: None, namespace: str, tmp_path: Path,
     yield ops.start
     failed = getattr(request.node, "rep_call", None)
     ops.close(print_logs=failed is not None and failed.failed)
+
+
+@pytest.fixture
+def gateways(cluster: Any, crd: None, namespace: str, tmp_path: Path,
+             request: pytest.FixtureRequest) -> Iterator[Callable[..., GatewayProcess]]:
+    """Factory: gateways(identity, env={...}) starts one gateway replica watching `namespace`,
+    its Lease in `namespace` too; killed by pid after the test."""
+    started: list[GatewayProcess] = []
+
+    def start(identity: str = "gw-a", *, env: dict[str, str] | None = None) -> GatewayProcess:
+        gw = GatewayProcess(cluster, tmp_path, identity=identity, namespaces=[namespace],
+                            system_namespace=namespace, env=env)
+        started.append(gw)
+        return gw.start()
+
+    yield start
+    failed = getattr(request.node, "rep_call", None)
+    for gw in started:
+        gw.kill()
+        if failed is not None and failed.failed:
+            print(f"--- log of gateway {gw.identity} ---\n{gw.log_tail(80)}")
 
 
 @pytest.fixture

@@ -1,0 +1,114 @@
+"""`python -m baton gateway`: wire settings, registration, views, the call path, the admin API,
+/metrics and health; stop on SIGTERM. Does I/O.
+
+Order at start: the admin API listens (the operator may seal as soon as the Lease exists), the
+Lease is written, then the views are listed; calls are forwarded only once both are done.
+SIGTERM: readiness off, the call listener closed, held calls answered 503 GatewayShutdown,
+calls in flight finished within BATON_SHUTDOWN_GRACE_SECONDS; the Lease stays (so the operator
+keeps counting what is in flight here) until then, and is deleted last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from aiohttp import web
+
+from baton import server
+from baton.gateway import admin, proxy, registrar, state, views
+from baton.k8s import client
+from baton.settings import GatewaySettings
+
+log = logging.getLogger("baton.gateway")
+SEALED_SWEEP_SECONDS = 30.0
+
+
+async def _serve(app: web.Application, bind: tuple[str, int], *, shutdown_timeout: float = 5.0) -> tuple[web.AppRunner, web.TCPSite]:
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, bind[0], bind[1])
+    await site.start()
+    return runner, site
+
+
+async def run(settings: GatewaySettings) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await client.start(pool_size=16)
+    st = state.State()
+    vw = views.GatewayViews(namespaces=settings.namespaces, state=st)
+    watch_api = client.open_watches(informers=vw.informer_count())
+    listed_once = False
+
+    async def relist() -> bool:
+        nonlocal listed_once
+        if listed_once:
+            await vw.relist()
+        listed_once = True
+        return await vw.wait_synced(60)
+
+    reg = registrar.Registrar(namespace=settings.system_namespace, instance=settings.identity,
+                              admin=settings.admin_address, duration_seconds=settings.lease_seconds,
+                              relist=relist, on_change=st.wake_all)
+    px = proxy.Proxy(settings=settings, views=vw, state=st, forwarding=reg.forwarding)
+    await px.start()
+
+    def ready() -> tuple[bool, str]:
+        if px.shutting_down:
+            return False, "shutting down"
+        return (True, "forwarding") if reg.forwarding() else (False, "not registered or views not listed")
+
+    runners = await server.start(metrics_bind=settings.metrics_bind, health_bind=settings.health_bind, is_ready=ready)
+    admin_runner, _ = await _serve(admin.application(st), settings.admin_bind)
+    await reg.start()
+    vw.start(watch_api)
+    reg_task = asyncio.create_task(reg.run(), name="gateway registration")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", px.handle)
+    call_runner, call_site = await _serve(app, settings.bind, shutdown_timeout=1.0)
+    log.info("gateway %s: calls on %s:%s, admin on %s (Lease %s/%s)", settings.identity, *settings.bind,
+             settings.admin_address, settings.system_namespace, reg.instance)
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(SEALED_SWEEP_SECONDS)
+            uids = {str((p.get("metadata") or {}).get("uid")) for p in vw.pods.items()}
+            st.forget_gone(uids.__contains__)
+
+    sweeper = asyncio.create_task(sweep(), name="gateway sealed sweep")
+    await stop.wait()
+
+    log.info("gateway %s: shutting down (%d in flight)", settings.identity, st.total_inflight())
+    px.shutting_down = True
+    await call_site.stop()  # no new connections
+    st.wake_all()  # held calls: 503 GatewayShutdown
+    deadline = time.monotonic() + settings.shutdown_grace_seconds
+    while st.total_inflight() > 0 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    left = st.total_inflight()
+    if left:
+        log.warning("gateway %s: %d calls still in flight at the end of the grace period", settings.identity, left)
+    await call_runner.cleanup()
+    sweeper.cancel()
+    reg.stopping = True
+    reg_task.cancel()
+    await asyncio.gather(reg_task, sweeper, return_exceptions=True)
+    await reg.unregister()
+    await admin_runner.cleanup()
+    for r in runners:
+        await r.cleanup()
+    await px.close()
+    await vw.stop()
+    await client.stop()
+    return 0
+
+
+def main(settings: GatewaySettings) -> int:
+    return asyncio.run(run(settings))

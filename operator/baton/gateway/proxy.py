@@ -1,0 +1,378 @@
+"""The call path: route one HTTP call by its Host, hold it, refuse it, or forward it to the
+serving pod and stream both ways. Does I/O (aiohttp server and client).
+
+Bounds: a held call's body is buffered up to `max_held_body_bytes` (413 beyond), at most
+`max_held_per_runtime` calls are held per runtime (503 Overloaded beyond), every upstream
+connection has a connect timeout, and every read or write, either way, an idle timeout. Only
+the serving pod's IP from the API is dialled, at the port its Service port maps to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import socket
+import time
+from typing import Any, AsyncIterator, Callable
+
+import aiohttp
+import aiohttp.abc
+import multidict
+from aiohttp import web
+
+from baton.gateway import gwmetrics, route
+from baton.gateway import state as state_mod
+from baton.gateway import views as views_mod
+from baton.model import names
+from baton.settings import GatewaySettings
+
+log = logging.getLogger("baton.gateway")
+SESSION_HEADER = "Mcp-Session-Id"
+CHUNK = 64 * 1024
+# Connect refused by a pod the API calls Ready (its server not listening yet): tried again
+# within the call's admission budget, never once any byte of the body was sent.
+CONNECT_RETRY_SECONDS = 0.2
+
+
+POD_DOMAIN = "pod.baton.invalid"
+POD_ADDRESSES_CAP = 65536
+
+
+class PodResolver(aiohttp.abc.AbstractResolver):
+    """Resolves `<pod uid>.<POD_DOMAIN>` to the IP the API gave for that pod, and nothing
+    else. Dialling by that name keys the connection pool by pod UID: a kept-alive connection
+    opened to one pod is never reused for its successor, even when the successor got the same
+    IP (pod IPs are reused)."""
+
+    def __init__(self) -> None:
+        self.addresses: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+    def name(self, uid: str, ip: str) -> str:
+        self.addresses[uid] = ip
+        self.addresses.move_to_end(uid)
+        while len(self.addresses) > POD_ADDRESSES_CAP:
+            self.addresses.popitem(last=False)
+        return f"{uid}.{POD_DOMAIN}"
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
+        uid, _, domain = host.partition(".")
+        ip = self.addresses.get(uid) if domain == POD_DOMAIN else None
+        if ip is None:
+            raise OSError(f"not a pod this gateway forwards to: {host}")
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        pass
+
+
+class Proxy:
+    def __init__(self, *, settings: GatewaySettings, views: views_mod.GatewayViews, state: state_mod.State,
+                 forwarding: Callable[[], bool]) -> None:
+        self.settings, self.views, self.state = settings, views, state
+        self._forwarding = forwarding
+        self.shutting_down = False
+        self.session: aiohttp.ClientSession | None = None
+        self.resolver = PodResolver()
+
+    async def start(self) -> None:
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30, resolver=self.resolver, use_dns_cache=False),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_seconds,
+                                          sock_read=self.settings.idle_timeout_seconds),
+            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+
+    # --- the decision, from the views -------------------------------------------------------
+    def decide(self, target: route.Target, excluded: set[str]) -> route.Decision:
+        if not self._forwarding() or self.shutting_down:
+            return route.Hold("this replica is not registered or its views are not listed")
+        runtime = self.views.runtime(target.namespace, target.runtime)
+        pods = self.views.pods_of(target.namespace, target.runtime)
+        return route.decide(runtime, pods, port=target.port, sealed=set(self.state.sealed), excluded=excluded,
+                            allowed=self.settings.allowed)
+
+    # --- refusals ----------------------------------------------------------------------------
+    async def _peek_body(self, request: web.Request) -> bytes | None:
+        """Up to the held-body cap of the request, to answer JSON-RPC with its id; None if larger."""
+        if not request.body_exists:
+            return None
+        try:
+            data = await asyncio.wait_for(request.content.read(self.settings.max_held_body_bytes + 1), 5.0)
+        except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError):
+            return None
+        return data if len(data) <= self.settings.max_held_body_bytes else None
+
+    def refusal(self, request: web.Request, d: route.Refuse, *, target: route.Target | None,
+                body: bytes | None, outcome: str = "refused") -> web.Response:
+        gwmetrics.CALLS.labels(outcome=outcome, reason=d.reason.value).inc()
+        headers = {names.HEADER_REASON: d.reason.value}
+        if route.status_of(d.reason) == 503 or d.retry_after:
+            headers["Retry-After"] = str(max(1, d.retry_after))
+        resp = web.Response(
+            status=route.status_of(d.reason), content_type="application/json", headers=headers,
+            body=route.refusal_body(reason=d.reason, message=d.message, namespace=target.namespace if target else None,
+                                    runtime=target.runtime if target else None, generation=d.generation, body=body))
+        if d.reason == route.Reason.GATEWAY_SHUTDOWN:
+            resp.force_close()
+        return resp
+
+    async def _refuse(self, request: web.Request, d: route.Refuse, *, target: route.Target | None,
+                      body: bytes | None) -> web.Response:
+        if body is None:
+            body = await self._peek_body(request)
+        return self.refusal(request, d, target=target, body=body)
+
+    # --- the call ----------------------------------------------------------------------------
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]
+        why = route.smuggling(headers)
+        if why:
+            return self.refusal(request, route.Refuse(route.Reason.BAD_REQUEST, 0, why), target=None, body=None)
+        hosts = [v for k, v in headers if k.lower() == "host"]
+        target = route.parse_host(hosts[0], cluster_domain=self.settings.cluster_domain) if len(hosts) == 1 else None
+        if target is None:
+            return await self._refuse(request, route.Refuse(
+                route.Reason.UNKNOWN_RUNTIME, 0, "the Host header names no runtime (<runtime>.<namespace>[.svc[.<domain>]][:port])"),
+                target=None, body=None)
+        if self.shutting_down:
+            return await self._refuse(request, route.Refuse(route.Reason.GATEWAY_SHUTDOWN, 1, "this gateway replica is shutting down"),
+                                      target=target, body=None)
+        key = (target.namespace, target.runtime)
+        arrival = time.monotonic()
+        session_id = request.headers.get(SESSION_HEADER)
+        websocket = request.headers.get("Upgrade", "").lower() == "websocket"
+        body: bytes | None = None  # buffered once the call is held
+        held_since: float | None = None
+        excluded: set[str] = set()
+        try:
+            while True:
+                wake = self.state.event(key)
+                d = self.decide(target, excluded)
+                if isinstance(d, route.Refuse):
+                    return await self._refuse(request, d, target=target, body=body)
+                gone = self._session_gone(session_id, target, d)
+                if gone is not None:
+                    return await self._refuse(request, gone, target=target, body=body)
+                if isinstance(d, route.Forward):
+                    outcome = "held_then_forwarded" if held_since is not None else "forwarded"
+                    result = await self._forward(request, d, target=target, body=body, websocket=websocket,
+                                                 headers=headers, outcome=outcome, held_since=held_since)
+                    if result is not None:
+                        return result
+                    # Connect refused before any byte went: wait a moment, decide again.
+                    d = route.Hold("the serving pod refused the connection")
+                if held_since is None:
+                    held_since = time.monotonic()
+                    if self.state.held[key] >= self.settings.max_held_per_runtime:
+                        return await self._refuse(request, route.Refuse(
+                            route.Reason.OVERLOADED, 1, f"more than {self.settings.max_held_per_runtime} calls held for this runtime"),
+                            target=target, body=body)
+                    self.state.held[key] += 1
+                    gwmetrics.HELD.inc()
+                    runtime = self.views.runtime(*key)
+                    excluded = route.retiring_uids(runtime or {}, self.views.pods_of(*key), set(self.state.sealed))
+                    if body is None and request.body_exists and not websocket:
+                        body = await self._buffer(request)
+                        if body is None:
+                            return self.refusal(request, route.Refuse(
+                                route.Reason.TOO_LARGE, 0, f"a held call's body is capped at {self.settings.max_held_body_bytes} bytes"),
+                                target=target, body=None)
+                runtime = self.views.runtime(*key)
+                remaining = arrival + route.admission_seconds(runtime) - time.monotonic()
+                if self.shutting_down:
+                    return self.refusal(request, route.Refuse(route.Reason.GATEWAY_SHUTDOWN, 1, "this gateway replica is shutting down"),
+                                        target=target, body=body)
+                if remaining <= 0:
+                    return self.refusal(request, route.Refuse(
+                        route.Reason.TRANSITIONING, 1,
+                        f"no generation served within budgets.admissionSeconds={route.admission_seconds(runtime)} ({d.why})",
+                        _generation(runtime)), target=target, body=body)
+                pause = min(remaining, CONNECT_RETRY_SECONDS) if result_is_retry(d) else remaining
+                try:
+                    await asyncio.wait_for(wake.wait(), pause)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            if held_since is not None:
+                self.state.held[key] -= 1
+                if self.state.held[key] <= 0:
+                    del self.state.held[key]
+                gwmetrics.HELD.dec()
+                gwmetrics.HOLD_SECONDS.observe(time.monotonic() - held_since)
+
+    def _session_gone(self, session_id: str | None, target: route.Target, d: route.Decision) -> route.Refuse | None:
+        """An Mcp-Session-Id that a pod of this runtime issued, which cannot answer it any more
+        (another pod serves, or it retires): the MCP answer for an unknown session, 404, at once."""
+        if not session_id:
+            return None
+        issuer = self.state.session_uid(session_id)
+        if issuer is None:
+            return None  # not seen here: the pod decides
+        if isinstance(d, route.Forward):
+            gone = d.uid != issuer
+        else:
+            runtime = self.views.runtime(target.namespace, target.runtime) or {}
+            pods = self.views.pods_of(target.namespace, target.runtime)
+            present = any((p.get("metadata") or {}).get("uid") == issuer for p in pods)
+            gone = not present or issuer in route.retiring_uids(runtime, pods, set(self.state.sealed))
+        if not gone:
+            return None
+        return route.Refuse(route.Reason.UNKNOWN_SESSION, 0,
+                            "session not found: the generation that issued it is gone; start a new session")
+
+    async def _buffer(self, request: web.Request) -> bytes | None:
+        cap = self.settings.max_held_body_bytes
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await asyncio.wait_for(request.content.readany(), self.settings.idle_timeout_seconds)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > cap:
+                return None
+            chunks.append(chunk)
+
+    async def _stream_body(self, request: web.Request, started: list[bool]) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await asyncio.wait_for(request.content.readany(), self.settings.idle_timeout_seconds)
+            if not chunk:
+                return
+            started[0] = True
+            yield chunk
+
+    async def _forward(self, request: web.Request, d: route.Forward, *, target: route.Target, body: bytes | None,
+                       websocket: bool, headers: list[tuple[str, str]], outcome: str,
+                       held_since: float | None) -> web.StreamResponse | None:
+        """Forward to `d`; None when the pod refused the connection before anything was sent
+        (the caller decides again). Counted in flight from here (no await since the decision:
+        a seal answered after this call was decided counts it) until the answer is sent in full."""
+        assert self.session is not None
+        self.state.begin(d.uid)
+        try:
+            if websocket:
+                return await self._websocket(request, d, target=target, headers=headers, outcome=outcome)
+            up_headers = route.end_to_end(headers)
+            up_headers = [(k, v) for k, v in up_headers if k.lower() != "content-length" or body is None]
+            up_headers.append(("X-Forwarded-For", request.remote or ""))
+            started = [False]
+            data: Any = body if body is not None else (self._stream_body(request, started) if request.body_exists else None)
+            url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
+            try:
+                upstream = await self.session.request(request.method, url, headers=_multidict(up_headers), data=data,
+                                                      allow_redirects=False, skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
+            except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as exc:
+                gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
+                if started[0]:
+                    return self._upstream_failed(request, target, d, body, exc)
+                log.info("connect to %s:%s (%s/%s g%s) failed: %s", d.ip, d.port, *target_key(target), d.generation, exc)
+                return None
+            except (aiohttp.ClientError, ConnectionError) as exc:
+                gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
+                return self._upstream_failed(request, target, d, body, exc)
+            try:
+                gwmetrics.CALLS.labels(outcome=outcome, reason="").inc()
+                if held_since is not None:
+                    log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since)
+                resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                for k, v in route.end_to_end((k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers):
+                    resp.headers.add(k, v)
+                resp.headers[names.HEADER_GENERATION] = str(d.generation)
+                sid = upstream.headers.get(SESSION_HEADER)
+                if sid:
+                    self.state.session_issued(sid, d.uid)
+                await resp.prepare(request)
+                while True:
+                    try:
+                        chunk = await upstream.content.readany()
+                    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                        # Headers are sent: all that is left is to cut the stream (the client sees it end early).
+                        gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
+                        log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc)
+                        if request.transport is not None:
+                            request.transport.close()
+                        return resp
+                    try:
+                        if not chunk:
+                            await resp.write_eof()
+                            return resp
+                        await asyncio.wait_for(resp.write(chunk), self.settings.idle_timeout_seconds)
+                    except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
+                        # The client went away (or stopped reading): nothing left to send it.
+                        if request.transport is not None:
+                            request.transport.close()
+                        return resp
+            finally:
+                upstream.release()
+        finally:
+            self.state.end(d.uid)
+
+    def _upstream_failed(self, request: web.Request, target: route.Target, d: route.Forward, body: bytes | None,
+                         exc: BaseException) -> web.Response:
+        log.info("call to %s/%s g%s failed: %s", *target_key(target), d.generation, exc)
+        return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0, f"the pod of generation {d.generation} failed: {type(exc).__name__}",
+                                                  d.generation), target=target, body=body)
+
+    async def _websocket(self, request: web.Request, d: route.Forward, *, target: route.Target, headers: list[tuple[str, str]],
+                         outcome: str) -> web.StreamResponse | None:
+        assert self.session is not None
+        skip = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol", "host"}
+        up_headers = [(k, v) for k, v in route.end_to_end(headers) if k.lower() not in skip]
+        up_headers.append(("Host", request.host))
+        protocols = tuple(p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip())
+        url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
+        try:
+            up = await self.session.ws_connect(url, headers=_multidict(up_headers), protocols=protocols,
+                                               autoping=True, heartbeat=None, max_msg_size=4 * 1024 * 1024)
+        except (aiohttp.ClientConnectorError, asyncio.TimeoutError):
+            gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
+            return None
+        except aiohttp.ClientError as exc:
+            gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
+            return self._upstream_failed(request, target, d, None, exc)
+        gwmetrics.CALLS.labels(outcome=outcome, reason="").inc()
+        ws = web.WebSocketResponse(protocols=(up.protocol,) if up.protocol else (), max_msg_size=4 * 1024 * 1024)
+        ws.headers[names.HEADER_GENERATION] = str(d.generation)
+        await ws.prepare(request)
+
+        async def pump(src: Any, dst: Any) -> None:
+            async for msg in src:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    await dst.send_str(msg.data)
+                elif msg.type == aiohttp.WSMsgType.BINARY:
+                    await dst.send_bytes(msg.data)
+                else:
+                    break
+        tasks = [asyncio.create_task(pump(ws, up)), asyncio.create_task(pump(up, ws))]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await up.close()
+            await ws.close()
+        return ws
+
+
+def result_is_retry(d: route.Decision) -> bool:
+    return isinstance(d, route.Hold) and d.why == "the serving pod refused the connection"
+
+
+def target_key(target: route.Target) -> tuple[str, str]:
+    return (target.namespace, target.runtime)
+
+
+def _generation(runtime: dict[str, Any] | None) -> int | None:
+    g = (((runtime or {}).get("status") or {}).get("current") or {}).get("generation")
+    return g if isinstance(g, int) else None
+
+
+def _multidict(pairs: list[tuple[str, str]]) -> multidict.CIMultiDict[str]:
+    return multidict.CIMultiDict(pairs)

@@ -1,0 +1,115 @@
+"""A replica's registration (its Lease) and the margin rule. Does I/O (through
+``baton.k8s.registration``).
+
+The replica registers BEFORE it lists its views and forwards nothing until both are done. If its
+last successful renewal is older than the Lease's duration minus a margin (2 s, or duration/5 if
+smaller), it stops forwarding at once (`forwarding()` turns False by itself, read at every
+call), registers again and lists its views again before forwarding again: a replica paused past
+its Lease (SIGSTOP), which the operator may already have counted as gone, never forwards on the
+view it had before the pause.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from typing import Any, Awaitable, Callable
+
+from baton.gateway import gwmetrics
+from baton.k8s import api as k8s_api
+from baton.k8s import client, registration
+
+log = logging.getLogger("baton.gateway")
+
+
+def margin(duration: float) -> float:
+    return min(2.0, duration / 5)
+
+
+class Registrar:
+    def __init__(self, *, namespace: str, instance: str, admin: str, duration_seconds: int,
+                 relist: Callable[[], Awaitable[bool]], on_change: Callable[[], None],
+                 mono: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
+        self.namespace, self.instance, self.admin = namespace, instance, admin
+        self.duration = duration_seconds
+        self._relist, self._on_change = relist, on_change
+        self._mono, self._wall = mono, wall
+        self.lease: dict[str, Any] | None = None
+        self.last_ok: float | None = None  # monotonic time the last successful write was sent
+        self.views_ok = False  # the views were listed after the last lapse
+        self.stopping = False
+
+    def fresh(self) -> bool:
+        return self.last_ok is not None and self._mono() - self.last_ok < self.duration - margin(self.duration)
+
+    def forwarding(self) -> bool:
+        """Whether new calls may be forwarded now: registered, renewed within the margin, and
+        the views listed since the last lapse. A lapse seen here drops the views at once."""
+        if self.views_ok and not self.fresh():
+            self.views_ok = False
+            gwmetrics.REGISTERED.set(0)
+            log.warning("registration older than its margin: forwarding stops until renewed and re-listed")
+        return self.views_ok and not self.stopping
+
+    async def _write(self) -> bool:
+        """Register or renew once; True when the API server took it."""
+        sent = self._mono()
+        lapsed = not self.fresh()
+        try:
+            if self.lease is None or lapsed:
+                self.lease = await registration.register_gateway(
+                    namespace=self.namespace, instance=self.instance, admin=self.admin,
+                    duration_seconds=self.duration, now=self._wall())
+            else:
+                try:
+                    self.lease = await registration.renew_gateway(last=self.lease, now=self._wall())
+                except k8s_api.ApiError as exc:
+                    if exc.status not in (404, 409):
+                        raise
+                    self.lease = await registration.register_gateway(
+                        namespace=self.namespace, instance=self.instance, admin=self.admin,
+                        duration_seconds=self.duration, now=self._wall())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("gateway registration failed: %s", client.short(exc))
+            return False
+        if (lapsed or not self.fresh()) and self.views_ok:
+            log.warning("registration older than its margin: forwarding stops until renewed and re-listed")
+            gwmetrics.REGISTERED.set(0)
+        if lapsed or not self.fresh():
+            # Whatever the views showed before this write may be older than what the operator
+            # acted on while we were not registered: list again before forwarding.
+            self.views_ok = False
+        self.last_ok = sent
+        return True
+
+    async def start(self) -> None:
+        """Register (retrying until it works), before the caller lists its views."""
+        while not await self._write():
+            await asyncio.sleep(1.0)
+
+    async def run(self) -> None:
+        """Renew every duration/3 (at once again after a failure, then each second); re-list
+        after any lapse."""
+        while not self.stopping:
+            ok = await self._write()
+            if ok and not self.views_ok:
+                if await self._relist() and self.fresh():
+                    self.views_ok = True
+                    gwmetrics.REGISTERED.set(1)
+                    log.info("gateway registered as %s; views listed: forwarding", self.instance)
+                    self._on_change()
+                    continue  # renew again soon: the list may have taken a while
+            await asyncio.sleep(self.duration / 3 if ok else 1.0)
+
+    async def unregister(self) -> None:
+        self.stopping = True
+        uid = ((self.lease or {}).get("metadata") or {}).get("uid")
+        try:
+            await registration.delete_gateway(namespace=self.namespace, instance=self.instance, uid=uid)
+        except Exception as exc:
+            log.warning("could not delete the gateway Lease: %s", client.short(exc))

@@ -1,0 +1,312 @@
+"""The gateway's pure rules. No I/O: Host parsing, hop-by-hop headers, request-smuggling checks,
+refusal bodies (JSON-RPC aware) and the forwarding decision from a view of one runtime.
+
+The decision reads plain API objects (dicts, as the informers store them): the runtime and its
+pods. The caller passes what only it knows (the sealed pod UIDs, the allowed CIDRs, UIDs a held
+call must never be forwarded to).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+import json
+from typing import Any, Iterable, Mapping
+
+from baton.model import names
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class Reason(str, enum.Enum):
+    """Why a call was not forwarded (the Baton-Reason header; a bounded metric label)."""
+
+    UNKNOWN_RUNTIME = "UnknownRuntime"  # 404: the Host names no runtime served by the gateway
+    TRANSITIONING = "Transitioning"  # 503: held past budgets.admissionSeconds
+    SUSPENDED = "Suspended"
+    CLEANUP_FAILED = "CleanupFailed"
+    CONNECT_TIMEOUT = "ConnectTimeout"
+    POD_REJECTED = "PodRejected"
+    DELETING = "Deleting"
+    ADDRESS_NOT_ALLOWED = "AddressNotAllowed"  # the serving pod's IP is outside BATON_GATEWAY_ALLOWED_CIDRS
+    OVERLOADED = "Overloaded"  # too many calls held for this runtime
+    TOO_LARGE = "RequestTooLarge"  # 413: a held call's body over the cap
+    GATEWAY_SHUTDOWN = "GatewayShutdown"
+    UNKNOWN_SESSION = "UnknownSession"  # 404: an Mcp-Session-Id a generation now gone issued
+    BAD_REQUEST = "BadRequest"  # 400: smuggling, a bad Host
+    UPSTREAM_ERROR = "UpstreamError"  # 502: the pod failed mid-call
+
+
+STATUS = {
+    Reason.UNKNOWN_RUNTIME: 404, Reason.UNKNOWN_SESSION: 404, Reason.TOO_LARGE: 413,
+    Reason.BAD_REQUEST: 400, Reason.UPSTREAM_ERROR: 502,
+}
+
+
+def status_of(reason: Reason) -> int:
+    return STATUS.get(reason, 503)
+
+
+# RFC 9110 7.6.1: connection-specific header fields a proxy never forwards (plus the fields
+# Connection names). Proxy-* are the proxy's own; TE and Trailer are per hop.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+    "te", "trailer", "transfer-encoding", "upgrade",
+})
+
+
+def end_to_end(headers: Iterable[tuple[str, str]], *, keep_upgrade: bool = False) -> list[tuple[str, str]]:
+    """`headers` without the hop-by-hop fields and those Connection names. `keep_upgrade`: a
+    WebSocket handshake keeps Upgrade (and Connection: upgrade is set by the client library)."""
+    pairs = list(headers)
+    named = {t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",") if t.strip()}
+    drop = (HOP_BY_HOP | named) - ({"upgrade"} if keep_upgrade else set())
+    return [(k, v) for k, v in pairs if k.lower() not in drop and not k.lower().startswith("proxy-")]
+
+
+def smuggling(headers: Iterable[tuple[str, str]]) -> str | None:
+    """Why a request's framing is ambiguous (RFC 9112 6.3), or None. Refused with 400, never
+    forwarded: Content-Length beside Transfer-Encoding, Content-Lengths that disagree or are not
+    digits, a Transfer-Encoding other than exactly chunked."""
+    lengths = [v for k, v in headers if k.lower() == "content-length"]
+    codings = [v for k, v in headers if k.lower() == "transfer-encoding"]
+    if lengths and codings:
+        return "Content-Length and Transfer-Encoding together"
+    values = {p.strip() for v in lengths for p in v.split(",")}
+    if len(values) > 1:
+        return "conflicting Content-Length values"
+    if values and not all(v.isdigit() for v in values):
+        return "a Content-Length that is not a number"
+    if codings:
+        parts = [p.strip().lower() for v in codings for p in v.split(",") if p.strip()]
+        if parts != ["chunked"]:
+            return f"Transfer-Encoding {', '.join(parts) or '(empty)'}: only chunked is accepted"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a Host header names: a runtime, and the Service port (None: not given)."""
+
+    namespace: str
+    runtime: str
+    port: int | None
+
+
+def _label(text: str) -> bool:
+    """A DNS-1123 label (what a Service, hence a runtime, and a namespace are named)."""
+    return 0 < len(text) <= 63 and text[0].isalnum() and text[-1].isalnum() and all(
+        c.islower() or c.isdigit() or c == "-" for c in text)
+
+
+def parse_host(host: str, *, cluster_domain: str) -> Target | None:
+    """`<runtime>.<namespace>`, `.svc` or `.svc.<cluster domain>`, with an optional `:<port>`.
+    Anything else (an IP, a bare name, another domain, a bad port): None."""
+    text = host.strip().lower().rstrip(".") if host else ""
+    if not text or text.startswith("["):
+        return None  # empty, or an IPv6 literal
+    port: int | None = None
+    if ":" in text:
+        text, _, port_text = text.rpartition(":")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            return None
+        port = int(port_text)
+    text = text.rstrip(".")
+    domain = cluster_domain.strip(".").lower()
+    labels = text.split(".")
+    if len(labels) == 2:
+        pass
+    elif len(labels) == 3 and labels[2] == "svc":
+        pass
+    elif labels[2:3] == ["svc"] and ".".join(labels[3:]) == domain:
+        pass
+    else:
+        return None
+    runtime, namespace = labels[0], labels[1]
+    if not (_label(runtime) and _label(namespace)):
+        return None
+    return Target(namespace=namespace, runtime=runtime, port=port)
+
+
+def service_port(runtime: Mapping[str, Any], port: int | None) -> Mapping[str, Any] | None:
+    """The Service port the Host names: `port` if the runtime's Service has it; with no port,
+    port 80 if there is one, else the only port. None: no such port."""
+    ports = [p for p in ((runtime.get("spec") or {}).get("service") or {}).get("ports") or [] if isinstance(p, dict)]
+    if port is None:
+        by80 = [p for p in ports if p.get("port") == 80]
+        if by80:
+            return by80[0]
+        return ports[0] if len(ports) == 1 else None
+    return next((p for p in ports if p.get("port") == port), None)
+
+
+def target_port(svc_port: Mapping[str, Any], pod: Mapping[str, Any]) -> int | None:
+    """The pod port a Service port maps to: targetPort's number, a named container port from the
+    pod's spec, or (no targetPort) the port itself, as a Service does."""
+    tp = svc_port.get("targetPort")
+    if tp is None or tp == "":
+        tp = svc_port.get("port")
+    if isinstance(tp, int):
+        return tp if 0 < tp < 65536 else None
+    text = str(tp)
+    if text.isdigit():
+        return int(text) if 0 < int(text) < 65536 else None
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for p in c.get("ports") or []:
+            if p.get("name") == text and isinstance(p.get("containerPort"), int):
+                return int(p["containerPort"])
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Forward:
+    uid: str
+    ip: str
+    port: int
+    generation: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Hold:
+    """No forwardable generation, a transition under way (or the view not yet trustworthy)."""
+
+    why: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Refuse:
+    reason: Reason
+    retry_after: int
+    message: str
+    generation: int | None = None
+
+
+Decision = Forward | Hold | Refuse
+
+
+def _cond(runtime: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for c in ((runtime.get("status") or {}).get("conditions") or []):
+        if isinstance(c, dict) and c.get("type") == kind:
+            return c
+    return None
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == "Running" and any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], sealed: frozenset[str] | set[str]) -> set[str]:
+    """Pods of this runtime that will never serve again: the transition's `from`, those
+    labelled serving=false or being deleted, and the sealed. A held call excludes them for good."""
+    out = set(u for u in sealed)
+    t = (runtime.get("status") or {}).get("transition") or {}
+    if t.get("fromUid"):
+        out.add(str(t["fromUid"]))
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if _labels(pod).get(names.LABEL_SERVING) == "false" or meta.get("deletionTimestamp"):
+            out.add(str(meta.get("uid") or ""))
+    return out
+
+
+def in_networks(ip: str, allowed: Iterable[Network]) -> bool:
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        return False
+    return any(addr.version == n.version and addr in n for n in allowed)
+
+
+def decide(
+    runtime: Mapping[str, Any] | None,
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    port: int | None,
+    sealed: frozenset[str] | set[str],
+    excluded: frozenset[str] | set[str],
+    allowed: Iterable[Network],
+) -> Decision:
+    """Where a new call for `runtime` (as the view shows it) goes: the forwarding rule of
+    /work/brief/gateway.md. `excluded`: pod UIDs this call must never reach (it was held while
+    they retired)."""
+    if runtime is None or not ((runtime.get("spec") or {}).get("service") or {}).get("gateway"):
+        return Refuse(Reason.UNKNOWN_RUNTIME, 0, "no runtime of that name is served by the gateway")
+    svc_port = service_port(runtime, port)
+    if svc_port is None:
+        return Refuse(Reason.UNKNOWN_RUNTIME, 0, f"the runtime's Service has no port {port if port else '(default)'}")
+    status = runtime.get("status") or {}
+    current = status.get("current") or {}
+    generation = current.get("generation") if isinstance(current.get("generation"), int) else None
+    if (runtime.get("metadata") or {}).get("deletionTimestamp"):
+        return Refuse(Reason.DELETING, 30, "the runtime is being deleted", generation)
+    if (runtime.get("spec") or {}).get("suspend"):
+        return Refuse(Reason.SUSPENDED, 30, "the runtime is suspended (spec.suspend)", generation)
+    cleanup = _cond(runtime, "CleanupFailed")
+    if cleanup is not None and cleanup.get("status") == "True":
+        return Refuse(Reason.CLEANUP_FAILED, 30, str(cleanup.get("message") or "a generation's cleanup failed"), generation)
+    uid = current.get("uid")
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if not uid or meta.get("uid") != uid or uid in sealed or uid in excluded:
+            continue
+        if _labels(pod).get(names.LABEL_SERVING) != "true" or meta.get("deletionTimestamp") or not _pod_ready(pod):
+            continue
+        ip = str((pod.get("status") or {}).get("podIP") or "")
+        if not in_networks(ip, allowed):
+            return Refuse(Reason.ADDRESS_NOT_ALLOWED, 30,
+                          "the serving pod's IP is outside BATON_GATEWAY_ALLOWED_CIDRS", generation)
+        pod_port = target_port(svc_port, pod)
+        if pod_port is None:
+            return Refuse(Reason.UNKNOWN_RUNTIME, 0, f"the Service port's targetPort {svc_port.get('targetPort')!r} names no container port")
+        return Forward(uid=str(uid), ip=ip, port=pod_port, generation=int(generation or 0))
+    # The operator's own failures: no generation will serve within a call's wait, so say why at
+    # once (Degraded carries them; Ready says BackingOff while a retry waits).
+    transition = status.get("transition") or {}
+    degraded = _cond(runtime, "Degraded") or {}
+    failed = str(degraded.get("reason") or "") if degraded.get("status") == "True" else ""
+    if transition.get("trigger") == Reason.CONNECT_TIMEOUT.value and transition.get("kind") == "Retire":
+        failed = Reason.CONNECT_TIMEOUT.value
+    if failed in (Reason.CONNECT_TIMEOUT.value, Reason.POD_REJECTED.value):
+        return Refuse(Reason(failed), 10, str(degraded.get("message") or failed), generation)
+    if transition:
+        return Hold("a transition is under way")
+    # A runtime not yet started, or whose pod is briefly not Ready: the operator's next step
+    # is a transition; held within admissionSeconds like any other wait.
+    return Hold("no generation serves yet")
+
+
+def admission_seconds(runtime: Mapping[str, Any] | None, default: int = 30) -> int:
+    value = (((runtime or {}).get("spec") or {}).get("budgets") or {}).get("admissionSeconds")
+    return value if isinstance(value, int) and value > 0 else default
+
+
+def jsonrpc_id(body: bytes) -> tuple[bool, Any]:
+    """(whether `body` is a JSON-RPC request, its id; None for a notification)."""
+    try:
+        msg = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return False, None
+    if isinstance(msg, dict) and msg.get("jsonrpc") == "2.0" and "method" in msg:
+        rid = msg.get("id")
+        return True, rid if isinstance(rid, (str, int)) and not isinstance(rid, bool) else None
+    return False, None
+
+
+def refusal_body(*, reason: Reason, message: str, namespace: str | None, runtime: str | None,
+                 generation: int | None, body: bytes | None) -> bytes:
+    """The JSON body of a refusal: a JSON-RPC error response carrying the request's id when the
+    request was JSON-RPC (code -32000, data {reason, runtime, generation}), else a plain object."""
+    data = {"reason": reason.value, "runtime": f"{namespace}/{runtime}" if runtime else None, "generation": generation}
+    is_rpc, rid = jsonrpc_id(body) if body else (False, None)
+    if is_rpc:
+        doc: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "error": {"code": -32000, "message": message, "data": data}}
+    else:
+        doc = {"error": message, **data}
+    return json.dumps(doc).encode()

@@ -1,0 +1,282 @@
+"""The call path (baton.gateway.proxy) over real loopback sockets, with the views filled by hand
+(real stores, no informer): forwarding with Baton-Generation, a held call woken by a view change
+and answered by N+1 (never N), the hold bound, the caps, sessions of a gone generation, and a
+pod that refuses connections while Ready."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import aiohttp
+from aiohttp import web
+
+from baton.gateway import proxy, state, views
+from baton.settings import GatewaySettings
+
+NS = "ns"
+
+
+def settings(**kw: Any) -> GatewaySettings:
+    base = dict(identity="t", system_namespace=NS, namespaces=(NS,), bind=("127.0.0.1", 0), admin_bind=("127.0.0.1", 0),
+                admin_address="127.0.0.1:0", metrics_bind=("127.0.0.1", 0), health_bind=("127.0.0.1", 0),
+                allowed=(ipaddress.ip_network("127.0.0.0/8"),), lease_seconds=15, cluster_domain="cluster.local",
+                shutdown_grace_seconds=1, log_level="INFO")
+    base.update(kw)
+    return GatewaySettings(**base)  # type: ignore[arg-type]
+
+
+def runtime(*, gen: int | None, uid: str | None, transition: dict[str, Any] | None = None, rv: int = 1,
+            admission: int = 30, **spec: Any) -> dict[str, Any]:
+    status: dict[str, Any] = {"conditions": []}
+    if gen is not None:
+        status["current"] = {"generation": gen, "uid": uid, "pod": "tool"}
+    if transition:
+        status["transition"] = transition
+    return {"metadata": {"name": "tool", "namespace": NS, "resourceVersion": str(rv)},
+            "spec": {"service": {"gateway": True, "ports": [{"port": 80, "targetPort": "http"}]},
+                     "budgets": {"admissionSeconds": admission}, **spec},
+            "status": status}
+
+
+def pod(uid: str, port: int, *, serving: str = "true", rv: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": "tool", "namespace": NS, "uid": uid, "resourceVersion": str(rv),
+                         "labels": {"baton.dev/runtime": "tool", "baton.dev/serving": serving}},
+            "spec": {"containers": [{"name": "c", "ports": [{"name": "http", "containerPort": port}]}]},
+            "status": {"phase": "Running", "podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+async def backend(gen: int, seen: list[int], *, session: str | None = None) -> tuple[web.AppRunner, int]:
+    async def any_call(request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        seen.append(gen)
+        if request.path == "/sse":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(3):
+                await resp.write(f"data: {i}\n\n".encode())
+                await asyncio.sleep(0.2)
+            await resp.write_eof()
+            return resp
+        headers = {"Mcp-Session-Id": session} if session else {}
+        return web.json_response({"gen": gen, "body": body.decode()}, headers=headers)
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", any_call)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, runner.addresses[0][1]
+
+
+async def gateway(vw: views.GatewayViews, st: state.State, **kw: Any) -> tuple[proxy.Proxy, web.AppRunner, int]:
+    px = proxy.Proxy(settings=settings(**kw), views=vw, state=st, forwarding=lambda: True)
+    await px.start()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", px.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return px, runner, runner.addresses[0][1]
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 60))
+
+
+async def post(port: int, body: bytes = b'{"jsonrpc":"2.0","id":1,"method":"m"}', host: str = f"tool.{NS}",
+               headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes, float]:
+    t0 = time.monotonic()
+    async with aiohttp.ClientSession() as s:
+        async with s.post(f"http://127.0.0.1:{port}/mcp", data=body, headers={"Host": host, **(headers or {})}) as r:
+            return r.status, dict(r.headers), await r.read(), time.monotonic() - t0
+
+
+def test_forward_hold_and_wake_to_n_plus_1() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        seen: list[int] = []
+        b1, p1 = await backend(1, seen)
+        b2, p2 = await backend(2, seen)
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", p1))
+        px, gw, port = await gateway(vw, st)
+        try:
+            status, headers, body, _ = await post(port)
+            assert status == 200 and headers["Baton-Generation"] == "1" and json.loads(body)["gen"] == 1
+            # N stops admission (serving=false): a new call is held...
+            vw.runtimes.apply(runtime(gen=1, uid="u1", rv=2, transition={"kind": "Handoff", "fromUid": "u1", "step": "Draining"}))
+            vw.pods.apply(pod("u1", p1, serving="false", rv=2))
+            held = asyncio.create_task(post(port, b'{"jsonrpc":"2.0","id":"h","method":"m"}'))
+            await asyncio.sleep(0.3)
+            assert not held.done() and st.held[(NS, "tool")] == 1
+            # ...a view that shows N serving again (a replayed write) still never gets it...
+            vw.pods.apply(pod("u1", p1, serving="true", rv=3))
+            await asyncio.sleep(0.2)
+            assert not held.done()
+            # ...N+1 serves: the held call is answered by it, woken by the change (no polling).
+            vw.pods.delete(pod("u1", p1, rv=4))
+            vw.pods.apply(pod("u2", p2, rv=5))
+            vw.runtimes.apply(runtime(gen=2, uid="u2", rv=6))
+            status, headers, body, seconds = await held
+            assert status == 200 and headers["Baton-Generation"] == "2" and json.loads(body)["gen"] == 2
+            assert json.loads(json.loads(body)["body"])["id"] == "h", "the held body arrives whole"
+            assert seen == [1, 2] and st.total_inflight() == 0 and not st.held
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b1.cleanup()
+            await b2.cleanup()
+    run(go)
+
+
+def test_hold_bound_caps_and_sessions() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        seen: list[int] = []
+        b1, p1 = await backend(1, seen, session="sess-1")
+        vw.runtimes.apply(runtime(gen=1, uid="u1", admission=1))
+        vw.pods.apply(pod("u1", p1))
+        px, gw, port = await gateway(vw, st, max_held_per_runtime=1, max_held_body_bytes=1024)
+        try:
+            status, headers, _, _ = await post(port)
+            assert headers["Mcp-Session-Id"] == "sess-1" and st.session_uid("sess-1") == "u1"
+            st.seal("u1", (NS, "tool"))
+            # Sealed, no transition: held for admissionSeconds=1, then 503 Transitioning (JSON-RPC).
+            first = asyncio.create_task(post(port, b'{"jsonrpc":"2.0","id":8,"method":"m"}'))
+            await asyncio.sleep(0.2)
+            # The cap of held calls per runtime: the next one is refused at once.
+            status, headers, body, _ = await post(port)
+            assert status == 503 and headers["Baton-Reason"] == "Overloaded"
+            status, headers, body, seconds = await first
+            assert status == 503 and headers["Baton-Reason"] == "Transitioning" and 0.9 <= seconds < 5
+            assert json.loads(body)["id"] == 8 and json.loads(body)["error"]["data"]["reason"] == "Transitioning"
+            # A held call's body over the cap: 413.
+            status, headers, _, _ = await post(port, b"x" * 2048)
+            assert status == 413
+            # The session u1 issued: u1 is sealed, it can never answer it: 404 at once.
+            status, headers, body, seconds = await post(port, headers={"Mcp-Session-Id": "sess-1"})
+            assert status == 404 and headers["Baton-Reason"] == "UnknownSession" and seconds < 0.5
+            assert seen == [1]
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b1.cleanup()
+    run(go)
+
+
+def test_streams_pass_through_and_a_refusing_pod_is_retried() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        seen: list[int] = []
+        # A Ready pod whose server is not listening yet (port taken from a backend then stopped).
+        b0, dead = await backend(0, seen)
+        await b0.cleanup()
+        vw.runtimes.apply(runtime(gen=1, uid="u1", admission=10))
+        vw.pods.apply(pod("u1", dead))
+        px, gw, port = await gateway(vw, st)
+        b1 = None
+        try:
+            call = asyncio.create_task(post(port))
+            await asyncio.sleep(0.5)
+            assert not call.done()
+            b1, p1 = await backend(1, seen)
+            vw.pods.apply(pod("u1", p1, rv=2))
+            status, headers, body, _ = await call
+            assert status == 200 and json.loads(body)["gen"] == 1
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"http://127.0.0.1:{port}/sse", headers={"Host": f"tool.{NS}"}) as r:
+                    times = []
+                    async for _ in r.content:
+                        times.append(time.monotonic())
+                    assert r.headers["Baton-Generation"] == "1"
+            assert len(times) >= 3 and times[-1] - times[0] >= 0.3, "events came as they were sent"
+        finally:
+            await gw.cleanup()
+            await px.close()
+            if b1 is not None:
+                await b1.cleanup()
+    run(go)
+
+
+def test_websocket_is_forwarded_and_counted_while_open() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+
+        async def echo(request: web.Request) -> web.WebSocketResponse:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            async for msg in ws:
+                await ws.send_str(f"g1:{msg.data}")
+            return ws
+        app = web.Application()
+        app.router.add_get("/ws", echo)
+        b1 = web.AppRunner(app)
+        await b1.setup()
+        await web.TCPSite(b1, "127.0.0.1", 0).start()
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", b1.addresses[0][1]))
+        px, gw, port = await gateway(vw, st)
+        try:
+            async with aiohttp.ClientSession() as s:
+                async with s.ws_connect(f"http://127.0.0.1:{port}/ws", headers={"Host": f"tool.{NS}"}) as ws:
+                    assert ws._response.headers["Baton-Generation"] == "1"
+                    await ws.send_str("hi")
+                    msg = await ws.receive(timeout=5)
+                    assert msg.data == "g1:hi"
+                    assert st.inflight["u1"] == 1, "an open WebSocket counts as in flight"
+                for _ in range(50):
+                    if st.total_inflight() == 0:
+                        break
+                    await asyncio.sleep(0.1)
+                assert st.total_inflight() == 0
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b1.cleanup()
+    run(go)
+
+
+def test_connections_are_pooled_per_pod_uid_never_across_a_reused_ip() -> None:
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        peers: list[int] = []
+
+        async def record(request: web.Request) -> web.Response:
+            peers.append(request.transport.get_extra_info("peername")[1])  # type: ignore[union-attr]
+            return web.json_response({})
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", record)
+        b = web.AppRunner(app)
+        await b.setup()
+        await web.TCPSite(b, "127.0.0.1", 0).start()
+        port_b = b.addresses[0][1]
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", port_b))
+        px, gw, port = await gateway(vw, st)
+        try:
+            await post(port)
+            await post(port)
+            # N+1 got N's IP and port: a new connection, never N's kept-alive one.
+            vw.pods.delete(pod("u1", port_b, rv=2))
+            vw.pods.apply(pod("u2", port_b, rv=3))
+            vw.runtimes.apply(runtime(gen=2, uid="u2", rv=4))
+            await post(port)
+            await post(port)
+            assert peers[0] == peers[1], "kept alive within one pod"
+            assert peers[2] != peers[1], "a connection to N was reused for N+1"
+            assert peers[3] == peers[2]
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b.cleanup()
+    run(go)

@@ -1,0 +1,213 @@
+"""The gateway's pure rules (baton.gateway.route): Host parsing, hop-by-hop headers, request
+smuggling, refusal bodies, and the forwarding decision from a view."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from typing import Any
+
+import pytest
+
+from baton.gateway import route
+
+LOOP = (ipaddress.ip_network("127.0.0.0/8"),)
+DOMAIN = "cluster.local"
+
+
+@pytest.mark.parametrize("host,expected", [
+    ("tool.ns", ("ns", "tool", None)),
+    ("tool.ns:8080", ("ns", "tool", 8080)),
+    ("tool.ns.svc", ("ns", "tool", None)),
+    ("tool.ns.svc:80", ("ns", "tool", 80)),
+    ("tool.ns.svc.cluster.local", ("ns", "tool", None)),
+    ("tool.ns.svc.cluster.local.", ("ns", "tool", None)),
+    ("TOOL.NS.SVC.CLUSTER.LOCAL:9000", ("ns", "tool", 9000)),
+])
+def test_host_names_a_runtime(host: str, expected: tuple[str, str, int | None]) -> None:
+    t = route.parse_host(host, cluster_domain=DOMAIN)
+    assert t is not None and (t.namespace, t.runtime, t.port) == expected
+
+
+@pytest.mark.parametrize("host", [
+    "", "tool", "127.0.0.1", "127.0.0.1:80", "10.0.0.1", "[::1]:80", "tool.ns.svc.other.domain",
+    "tool.ns.example.com", "tool.ns:0", "tool.ns:65536", "tool.ns:http", "-x.ns", "tool.ns.pod",
+    "a.b.c.d.e.f", "tool_x.ns", "tool.ns.svc.cluster", "localhost", "kubernetes.default.svc:443x",
+])
+def test_anything_else_names_nothing(host: str) -> None:
+    assert route.parse_host(host, cluster_domain=DOMAIN) is None
+
+
+def test_other_cluster_domain() -> None:
+    assert route.parse_host("t.n.svc.corp.example", cluster_domain="corp.example") is not None
+    assert route.parse_host("t.n.svc.cluster.local", cluster_domain="corp.example") is None
+
+
+def test_hop_by_hop_headers_are_dropped() -> None:
+    headers = [("Connection", "keep-alive, X-Custom"), ("Keep-Alive", "timeout=5"), ("X-Custom", "1"),
+               ("TE", "trailers"), ("Trailer", "X-T"), ("Transfer-Encoding", "chunked"), ("Upgrade", "h2c"),
+               ("Proxy-Authorization", "secret"), ("Proxy-Foo", "x"), ("Content-Type", "application/json"),
+               ("Accept", "text/event-stream"), ("Mcp-Session-Id", "abc")]
+    kept = route.end_to_end(headers)
+    assert kept == [("Content-Type", "application/json"), ("Accept", "text/event-stream"), ("Mcp-Session-Id", "abc")]
+
+
+def test_websocket_keeps_upgrade() -> None:
+    kept = route.end_to_end([("Connection", "Upgrade"), ("Upgrade", "websocket")], keep_upgrade=True)
+    assert kept == [("Upgrade", "websocket")]
+
+
+@pytest.mark.parametrize("headers,bad", [
+    ([("Content-Length", "5")], False),
+    ([("Transfer-Encoding", "chunked")], False),
+    ([], False),
+    ([("Content-Length", "5"), ("Transfer-Encoding", "chunked")], True),
+    ([("Content-Length", "5"), ("Content-Length", "6")], True),
+    ([("Content-Length", "5, 6")], True),
+    ([("Content-Length", "5"), ("Content-Length", "5")], False),
+    ([("Content-Length", "-1")], True),
+    ([("Transfer-Encoding", "gzip, chunked")], True),
+    ([("Transfer-Encoding", "chunked"), ("Transfer-Encoding", "chunked")], True),
+    ([("transfer-encoding", "identity")], True),
+])
+def test_smuggling(headers: list[tuple[str, str]], bad: bool) -> None:
+    assert (route.smuggling(headers) is not None) == bad
+
+
+def test_jsonrpc_refusal_carries_the_request_id() -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {}}).encode()
+    doc = json.loads(route.refusal_body(reason=route.Reason.SUSPENDED, message="suspended", namespace="ns",
+                                        runtime="tool", generation=3, body=body))
+    assert doc == {"jsonrpc": "2.0", "id": 7, "error": {"code": -32000, "message": "suspended",
+                   "data": {"reason": "Suspended", "runtime": "ns/tool", "generation": 3}}}
+
+
+@pytest.mark.parametrize("body", [None, b"", b"not json", b'{"a": 1}', b'[1, 2]'])
+def test_plain_refusal_when_not_jsonrpc(body: bytes | None) -> None:
+    doc = json.loads(route.refusal_body(reason=route.Reason.TRANSITIONING, message="m", namespace="ns",
+                                        runtime="tool", generation=None, body=body))
+    assert doc == {"error": "m", "reason": "Transitioning", "runtime": "ns/tool", "generation": None}
+
+
+def test_jsonrpc_string_id_and_notification() -> None:
+    assert route.jsonrpc_id(b'{"jsonrpc":"2.0","id":"x1","method":"m"}') == (True, "x1")
+    assert route.jsonrpc_id(b'{"jsonrpc":"2.0","method":"notifications/initialized"}') == (True, None)
+
+
+# --- the forwarding decision ---------------------------------------------------------------
+
+def runtime(**kw: Any) -> dict[str, Any]:
+    rt: dict[str, Any] = {
+        "metadata": {"name": "tool", "namespace": "ns"},
+        "spec": {"service": {"ports": [{"port": 80, "targetPort": 8080}], "gateway": True},
+                 "budgets": {"admissionSeconds": 7}},
+        "status": {"current": {"generation": 2, "uid": "u2", "pod": "tool"},
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "GenerationReady"}]},
+    }
+    for k, v in kw.items():
+        section, _, field = k.partition("__")
+        rt[section][field] = v
+    return rt
+
+
+def pod(uid: str = "u2", *, serving: str = "true", ready: bool = True, ip: str = "127.0.100.5",
+        deleting: bool = False, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "tool", "namespace": "ns", "uid": uid,
+                            "labels": {"baton.dev/runtime": "tool", "baton.dev/serving": serving}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta,
+            "spec": {"containers": [{"name": "c", "ports": ports or [{"name": "http", "containerPort": 8080}]}]},
+            "status": {"phase": "Running", "podIP": ip,
+                       "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+
+def decide(rt: dict[str, Any] | None, pods: list[dict[str, Any]], *, port: int | None = None,
+           sealed: set[str] = set(), excluded: set[str] = set()) -> route.Decision:
+    return route.decide(rt, pods, port=port, sealed=sealed, excluded=excluded, allowed=LOOP)
+
+
+def test_forward_to_the_serving_pod() -> None:
+    assert decide(runtime(), [pod()]) == route.Forward(uid="u2", ip="127.0.100.5", port=8080, generation=2)
+
+
+@pytest.mark.parametrize("why,pods,sealed,excluded", [
+    ("another uid", [pod("u9")], set(), set()),
+    ("serving=false", [pod(serving="false")], set(), set()),
+    ("not ready", [pod(ready=False)], set(), set()),
+    ("deleting", [pod(deleting=True)], set(), set()),
+    ("sealed", [pod()], {"u2"}, set()),
+    ("excluded for a held call", [pod()], set(), {"u2"}),
+    ("no pod", [], set(), set()),
+])
+def test_no_forward_without_every_condition(why: str, pods: list[dict[str, Any]], sealed: set[str], excluded: set[str]) -> None:
+    rt = runtime(status__transition={"kind": "Handoff", "from": 2, "fromUid": "u2", "step": "Draining"})
+    assert isinstance(decide(rt, pods, sealed=sealed, excluded=excluded), route.Hold), why
+
+
+def test_unknown_runtime_and_gateway_off_and_port() -> None:
+    assert decide(None, []) == route.Refuse(route.Reason.UNKNOWN_RUNTIME, 0, "no runtime of that name is served by the gateway")
+    off = runtime(spec__service={"ports": [{"port": 80}], "gateway": False})
+    assert isinstance(decide(off, [pod()]), route.Refuse)
+    d = decide(runtime(), [pod()], port=81)
+    assert isinstance(d, route.Refuse) and d.reason == route.Reason.UNKNOWN_RUNTIME
+
+
+def test_ports() -> None:
+    two = runtime(spec__service={"gateway": True, "ports": [{"port": 9000, "targetPort": "mcp"}, {"port": 9001, "targetPort": 7001}]})
+    p = pod(ports=[{"name": "mcp", "containerPort": 7000}])
+    assert isinstance(decide(two, [p]), route.Refuse)  # no port 80 and two ports: the Host must say
+    d = decide(two, [p], port=9000)
+    assert isinstance(d, route.Forward) and d.port == 7000
+    d = decide(two, [p], port=9001)
+    assert isinstance(d, route.Forward) and d.port == 7001
+    one = runtime(spec__service={"gateway": True, "ports": [{"port": 9000}]})
+    d = decide(one, [pod()])
+    assert isinstance(d, route.Forward) and d.port == 9000  # the only port; no targetPort: the port itself
+
+
+def test_address_outside_the_allowed_cidrs_is_refused() -> None:
+    d = decide(runtime(), [pod(ip="10.1.2.3")])
+    assert isinstance(d, route.Refuse) and d.reason == route.Reason.ADDRESS_NOT_ALLOWED
+
+
+@pytest.mark.parametrize("rt,reason", [
+    (runtime(metadata__deletionTimestamp="2026-01-01T00:00:00Z"), route.Reason.DELETING),
+    (runtime(spec__suspend=True), route.Reason.SUSPENDED),
+    (runtime(status__conditions=[{"type": "CleanupFailed", "status": "True", "message": "stuck"}]), route.Reason.CLEANUP_FAILED),
+    (runtime(status__current=None, status__conditions=[
+        {"type": "Ready", "status": "False", "reason": "BackingOff"},
+        {"type": "Degraded", "status": "True", "reason": "ConnectTimeout", "message": "not Ready within connectSeconds"}]),
+     route.Reason.CONNECT_TIMEOUT),
+    (runtime(status__current=None, status__transition={"kind": "Create", "step": "Creating"}, status__conditions=[
+        {"type": "Degraded", "status": "True", "reason": "PodRejected", "message": "quota"}]), route.Reason.POD_REJECTED),
+    (runtime(status__current=None, status__transition={"kind": "Retire", "trigger": "ConnectTimeout", "step": "Draining", "fromUid": "u2"}),
+     route.Reason.CONNECT_TIMEOUT),
+])
+def test_refused_at_once(rt: dict[str, Any], reason: route.Reason) -> None:
+    d = decide(rt, [pod()])
+    assert isinstance(d, route.Refuse) and d.reason == reason and d.retry_after > 0
+
+
+def test_held_while_a_transition_is_under_way_and_before_the_first_generation() -> None:
+    assert isinstance(decide(runtime(status__current=None, status__transition={"kind": "Create", "step": "Creating"}), []), route.Hold)
+    assert isinstance(decide(runtime(status__current=None, status__conditions=[]), []), route.Hold)
+
+
+def test_a_call_held_for_n_plus_1_is_never_forwarded_to_n() -> None:
+    rt = runtime(status__transition={"kind": "Handoff", "from": 2, "fromUid": "u2", "step": "StoppingAdmission"})
+    excluded = route.retiring_uids(rt, [pod()], set())
+    assert excluded == {"u2"}
+    # The view goes back to showing N serving (say a status write of N's era replayed): still not N.
+    assert isinstance(decide(runtime(), [pod()], excluded=excluded), route.Hold)
+    n1 = runtime(status__current={"generation": 3, "uid": "u3"})
+    assert decide(n1, [pod("u3", ip="127.0.100.6")], excluded=excluded) == route.Forward("u3", "127.0.100.6", 8080, 3)
+
+
+def test_retiring_uids() -> None:
+    assert route.retiring_uids(runtime(), [pod("a", serving="false"), pod("b", deleting=True), pod("c")], {"s"}) == {"a", "b", "s"}
+
+
+def test_admission_seconds() -> None:
+    assert route.admission_seconds(runtime()) == 7
+    assert route.admission_seconds(None) == 30
