@@ -139,6 +139,7 @@ class Controller:
             except asyncio.CancelledError:
                 raise
             except Exception:
+                metrics.PASS_ERRORS.inc()
                 log.exception("pass of %s/%s crashed; again after a back-off", *key)
                 self.queue.add_after(key, self.backoff.when(key))
             finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import pathlib
 import time
 from typing import Any, Callable, Iterable, Mapping
@@ -14,7 +15,7 @@ from baton.lifecycle import plan
 from baton.model import status as status_mod
 
 # No `<name>_created` series: Prometheus ignores them, and they were 58 of 501 samples a scrape.
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus-client 0.26
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
 # process_* (memory, CPU, open fds, start time) and python_* (gc, version), as every client
@@ -132,6 +133,48 @@ RESYNCS = prometheus_client.Counter(
     "baton_resyncs_total", "Periodic resyncs (BATON_RESYNC_SECONDS): each gives every runtime in view a pass within the period.",
     registry=REGISTRY,
 )
+PASS_ERRORS = prometheus_client.Counter(
+    "baton_pass_errors_total",
+    "Passes that raised (a bug or an unexpected answer): logged with the traceback, retried after a back-off.",
+    registry=REGISTRY,
+)
+
+
+class WatchError(str, enum.Enum):
+    """Why a watch of an informer failed (the `reason` label of baton_watch_errors_total)."""
+
+    GONE = "Gone"                # 410: the resume point is too old, the kind is listed again
+    FORBIDDEN = "Forbidden"      # 403: RBAC refuses the list or watch
+    THROTTLED = "Throttled"      # 429
+    API_ERROR = "ApiError"       # another status (5xx, ...)
+    BAD_STREAM = "BadStream"     # a line the client cannot read: listed again
+    DISCONNECTED = "Disconnected"  # a dropped connection, a timeout
+
+
+WATCH_ERRORS = prometheus_client.Counter(
+    "baton_watch_errors_total",
+    "Lists or watches of an informer that failed, by kind watched and reason (Gone: listed again).",
+    ["kind", "reason"], registry=REGISTRY,
+)
+
+
+def watch_error_reason(status: int) -> WatchError:
+    """The reason for an API error status of a list or watch."""
+    if status == 410:
+        return WatchError.GONE
+    if status == 403:
+        return WatchError.FORBIDDEN
+    if status == 429:
+        return WatchError.THROTTLED
+    return WatchError.API_ERROR
+
+
+def init_watch_errors(kind: str) -> None:
+    """Every reason of one watched kind has a series from the start (0 until its first error)."""
+    for reason in WatchError:
+        WATCH_ERRORS.labels(kind=kind, reason=reason.value)
+
+
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )

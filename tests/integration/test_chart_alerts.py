@@ -54,7 +54,7 @@ def test_rendered_rules_are_valid(rules_dir: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     print(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 7 rules found" in proc.stdout
+    assert "SUCCESS: 13 rules found" in proc.stdout
 
 
 def test_alert_unit_tests_pass(rules_dir: Path) -> None:
@@ -75,8 +75,10 @@ def test_every_alert_has_a_unit_test() -> None:
             f"{alert}: no test case where it fires"
 
 
-# Every series an alert reads: Baton's metrics and `up`.
-SELECTOR = re.compile(r"\b(baton_[a-z_]+|up)\b\s*(\{[^}]*\})?")
+# Every series an alert reads: Baton's metrics, the process's own and `up`.
+SELECTOR = re.compile(r"\b(baton_[a-z_]+|process_[a-z_]+|up)\b\s*(\{[^}]*\})?")
+# Gauges of the operator process itself: like counters, they carry the target's namespace.
+PROCESS_GAUGES = {"baton_memory_limit_bytes"}
 
 
 @pytest.mark.parametrize("release, namespace, sets, job", [
@@ -101,7 +103,8 @@ def test_every_expression_is_scoped_to_the_release_job_and_namespace(
             assert f'job="{job}"' in matchers, f"{r['alert']}: {metric} is not scoped to job {job}: {expr}"
             # Counters and `up` carry the target's namespace; the per-runtime gauges carry the
             # runtime's (honorLabels) and are tied to the release's targets through `up`.
-            if metric == "up" or metric.endswith("_total"):
+            if metric == "up" or metric.endswith("_total") or metric.startswith("process_") \
+                    or metric in PROCESS_GAUGES:
                 assert f'namespace="{namespace}"' in matchers, f"{r['alert']}: {metric} not scoped to {namespace}"
             else:
                 assert f'and on (job, instance) up{{job="{job}", namespace="{namespace}"}}' in expr, \

@@ -351,7 +351,9 @@ def test_monitoring_objects_are_opt_in() -> None:
 
 EXPECTED_ALERTS = {"BatonCleanupFailedHeld", "BatonTransitionStuck", "BatonForceRecovery",
                    "BatonLeaseConflictsRising", "BatonOperatorDown", "BatonDrainIncompleteRising",
-                   "BatonRetirementBlocked"}
+                   "BatonRetirementBlocked", "BatonRuntimeNotReady", "BatonRuntimeDegraded",
+                   "BatonOperatorMemoryNearLimit", "BatonApiErrorRatioHigh", "BatonWatchErrorsRising",
+                   "BatonPassesCrashing"}
 
 
 def test_every_alert_has_summary_description_and_a_runbook_section() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime
 import gzip
 import json
+import pathlib
+import re
 import signal
 import socket
 import threading
@@ -23,6 +25,7 @@ from harness.runtimes import Runtimes, runtime_manifest
 
 Start = Callable[..., OperatorProcess]
 SEVERITIES = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+METRICS_REFERENCE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -73,6 +76,22 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     assert {n: fams[n].type for n in expected_types if n in fams} == expected_types, sorted(fams)
     [build] = fams["baton_build_info"].samples
     assert build.labels == {"version": baton_pkg.version()} and build.value == 1.0
+
+    # Every baton_* family a real operator exports is in the metrics reference, with its type
+    # (the text format has no info type: baton_build_info is a gauge there).
+    documented: dict[str, str] = {}
+    for name, kind in re.findall(r"^\| `(baton_[a-z_]+)` \| (counter|gauge|histogram|info) \|",
+                                 METRICS_REFERENCE.read_text(), re.M):
+        documented[name.removesuffix("_total") if kind == "counter" else name] = "gauge" if kind == "info" else kind
+    live = {n: f.type for n, f in fams.items() if n.startswith("baton_")}
+    assert len(live) > 25, sorted(live)
+    assert {n: documented.get(n) for n in live} == live, "families not in docs/metrics.md (or of another type)"
+    # Watch errors and crashed passes have their series before the first one happens.
+    watch_errors = [s for s in fams["baton_watch_errors"].samples if s.name == "baton_watch_errors_total"]
+    kinds = {s.labels["kind"] for s in watch_errors}
+    assert kinds and {(s.labels["kind"], s.labels["reason"]) for s in watch_errors} == {
+        (k, r) for k in kinds for r in ("Gone", "Forbidden", "Throttled", "ApiError", "BadStream", "Disconnected")}
+    assert [s.value for s in fams["baton_pass_errors"].samples if s.name == "baton_pass_errors_total"] == [0.0]
 
     # One-hot, like kube-state-metrics: every condition of the runtime has a true, a false and an
     # unknown series, and only the one matching the status in the API is 1.

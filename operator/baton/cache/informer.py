@@ -47,6 +47,7 @@ class Informer:
         self.page_size = 50 if store.reduces else 500
         self.synced = asyncio.Event()
         self.forbidden: str | None = None  # RBAC says no: reported, retried slowly
+        metrics.init_watch_errors(kind)
 
     def _reduce(self, item: dict[str, Any]) -> dict[str, Any]:
         item.setdefault("metadata", {}).setdefault("namespace", self.namespace or "")
@@ -76,6 +77,7 @@ class Informer:
             except asyncio.CancelledError:
                 raise
             except k8s_api.ApiError as exc:
+                self._count(metrics.watch_error_reason(exc.status))
                 if exc.status == 410:
                     # Too old: list again, at once the first time; a list whose continue token
                     # expires again (a slow list of a large scope) backs off instead of looping.
@@ -94,12 +96,17 @@ class Informer:
                 await self._pause(failures, exc)
             except k8s_api.WatchStreamError as exc:
                 # The same resourceVersion would replay the same line: list again instead.
+                self._count(metrics.WatchError.BAD_STREAM)
                 failures += 1
                 rv = None
                 await self._pause(failures, exc)
             except Exception as exc:  # a dropped stream, a timeout: resume from rv
+                self._count(metrics.WatchError.DISCONNECTED)
                 failures += 1
                 await self._pause(failures, exc)
+
+    def _count(self, reason: metrics.WatchError) -> None:
+        metrics.WATCH_ERRORS.labels(kind=self.kind, reason=reason.value).inc()
 
     def _handle(self, event: dict[str, object]) -> str | None:
         kind = event.get("type")

@@ -234,3 +234,44 @@ def test_a_view_is_known_only_once_every_informer_feeding_it_listed_and_none_is_
         return seen
 
     assert asyncio.run(run()) == [False, False, True, False, False]
+
+
+def test_every_failed_list_or_watch_is_counted_by_kind_and_reason() -> None:
+    from baton import metrics
+    from baton.cache import store as store_mod
+
+    kind = "WatchErrorsProbe"  # a kind of its own: the registry is process-wide
+
+    def counts() -> dict[str, float]:
+        return {r.value: metrics.WATCH_ERRORS.labels(kind=kind, reason=r.value)._value.get()
+                for r in metrics.WatchError}
+
+    errors: list[BaseException] = [
+        k8s_api.ApiError(410, "Expired", "too old"), k8s_api.ApiError(403, "Forbidden", "rbac"),
+        k8s_api.ApiError(429, "TooManyRequests", ""), k8s_api.ApiError(503, "ServiceUnavailable", ""),
+        k8s_api.ApiError(500, "InternalError", ""), k8s_api.WatchStreamError("bad line"),
+        ConnectionResetError("dropped"),
+    ]
+    api = ScriptedApi(watch_errors=list(errors))
+
+    async def run() -> None:
+        from baton.cache import informer as informer_mod
+        inf = informer_mod.Informer(api, kind=kind, group_version="v1",  # type: ignore[arg-type]
+                                    plural="configmaps", namespace="ns", store=store_mod.Store())
+        # Every reason has its series before anything failed.
+        assert counts() == {r.value: 0.0 for r in metrics.WatchError}
+
+        async def no_pause(failures: int, exc: BaseException) -> None:
+            return None
+        inf._pause = no_pause  # type: ignore[method-assign]
+        task = asyncio.create_task(inf.run())
+        for _ in range(400):
+            await asyncio.sleep(0.005)
+            if not api.watch_errors and api.calls[-1].startswith("watch"):
+                break
+        task.cancel()
+
+    asyncio.run(run())
+    assert not api.watch_errors, api.calls
+    assert counts() == {"Gone": 1.0, "Forbidden": 1.0, "Throttled": 1.0, "ApiError": 2.0, "BadStream": 1.0,
+                        "Disconnected": 1.0}
