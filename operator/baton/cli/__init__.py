@@ -2,8 +2,10 @@
 
 - ``main``: the command line (argparse, the verbs' table, exit codes).
 - ``verbs``: the verb runners.
-- ``requests``: the reset and force-recover rules and the confirmation (pure).
+- ``requests``: the rules of reset, force-recover, force-retire, suspend and resume, the confirmation,
+  kubectl's durations (pure).
 - ``render``: tables, text, json and yaml output (pure).
+- ``completion``: the bash and zsh completion scripts, made from the parser (pure).
 - ``cluster``: the adapter on the official kubernetes client (the only module here doing API I/O).
 
 It imports nothing of the operator but ``baton.model`` and ``baton.version`` (an import-linter

@@ -1,5 +1,6 @@
 """The plugin's adapter on the official kubernetes client: connect as kubectl would, read and list
-ToolRuntimes, write an annotation or the finalizers, and explain an API error or an unreachable server in one line.
+ToolRuntimes, write an annotation, spec.suspend or the finalizers, as the kubeconfig's user or the one
+impersonated (--as, --as-group), and explain an API error or an unreachable server in one line.
 
 Does I/O (the API server, the kubeconfig). The only module of the plugin that imports kubernetes
 or urllib3.
@@ -30,12 +31,24 @@ class Cluster:
     api: kubernetes.client.CustomObjectsApi
     default_namespace: str
     server: str
-    timeout: float
+    timeout: float | None  # None: no timeout (kubectl's --request-timeout=0)
 
 
-def connect(*, kubeconfig: str | None, context: str | None, timeout: float) -> Cluster:
+@dataclasses.dataclass(frozen=True)
+class Impersonation:
+    """kubectl's --as and --as-group: the Impersonate-User header, one Impersonate-Group header per group."""
+
+    user: str | None = None
+    groups: tuple[str, ...] = ()
+
+
+def connect(*, kubeconfig: str | None, context: str | None, timeout: float | None,
+            impersonate: Impersonation = Impersonation()) -> Cluster:
     """Load the kubeconfig as kubectl would (--kubeconfig, else KUBECONFIG, else ~/.kube/config;
     in a pod without one, the in-cluster account)."""
+    if impersonate.groups and not impersonate.user:
+        # The API server refuses groups without a user; kubectl says so before sending anything.
+        raise requests.Refused("requesting groups (--as-group) without impersonating a user (--as)")
     path = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
     paths = [p for p in path.split(os.pathsep) if p]
     config = kubernetes.client.Configuration()
@@ -43,7 +56,7 @@ def connect(*, kubeconfig: str | None, context: str | None, timeout: float) -> C
         if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
             kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
             namespace = _incluster_namespace()
-            return _cluster(config, namespace=namespace, timeout=timeout)
+            return _cluster(config, namespace=namespace, timeout=timeout, impersonate=impersonate)
         raise requests.Refused(f"no kubeconfig: {path} does not exist (pass --kubeconfig, or set KUBECONFIG)")
     try:
         # kubernetes.config is not annotated (unlike kubernetes.client).
@@ -57,7 +70,7 @@ def connect(*, kubeconfig: str | None, context: str | None, timeout: float) -> C
     if context:
         active = next((c for c in contexts if c["name"] == context), active)
     namespace = (active or {}).get("context", {}).get("namespace") or "default"
-    return _cluster(config, namespace=namespace, timeout=timeout)
+    return _cluster(config, namespace=namespace, timeout=timeout, impersonate=impersonate)
 
 
 def _incluster_namespace() -> str:
@@ -68,11 +81,34 @@ def _incluster_namespace() -> str:
         return "default"
 
 
-def _cluster(config: kubernetes.client.Configuration, *, namespace: str, timeout: float) -> Cluster:
+def _cluster(config: kubernetes.client.Configuration, *, namespace: str, timeout: float | None,
+             impersonate: Impersonation) -> Cluster:
     # One attempt: an unreachable server is reported at once, as kubectl does, not retried.
     config.retries = 0
-    api = kubernetes.client.CustomObjectsApi(kubernetes.client.ApiClient(config))
+    client = kubernetes.client.ApiClient(config)
+    if impersonate.user:
+        _impersonating(client, impersonate)
+    api = kubernetes.client.CustomObjectsApi(client)
     return Cluster(api=api, default_namespace=namespace, server=config.host, timeout=timeout)
+
+
+def _impersonating(client: kubernetes.client.ApiClient, impersonate: Impersonation) -> None:
+    """Add the impersonation headers to every request this client sends. Not default_headers: that
+    is a dict, one value per name, and the API server reads each Impersonate-Group header as one
+    group (a comma-joined value would be one group named "a, b"); urllib3's HTTPHeaderDict sends a
+    header once per value."""
+    pool = client.rest_client.pool_manager
+    send = pool.request
+
+    def request(method: str, url: str, **kwargs: Any) -> Any:
+        # The client passes everything after method and url by keyword (kubernetes.client.rest).
+        h = urllib3.HTTPHeaderDict(dict(kwargs.pop("headers", None) or {}))
+        h["Impersonate-User"] = str(impersonate.user)
+        for group in impersonate.groups:
+            h.add("Impersonate-Group", group)
+        return send(method, url, headers=h, **kwargs)
+
+    pool.request = request  # type: ignore[method-assign,assignment]  # same call, by keyword
 
 
 def get_runtime(cluster: Cluster, *, namespace: str, name: str) -> dict[str, Any]:
@@ -115,6 +151,15 @@ def annotate(cluster: Cluster, *, rt: Mapping[str, Any], key: str, value: str) -
         names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"],
         {"metadata": {"annotations": {key: value}, "resourceVersion": meta["resourceVersion"]}},
         _request_timeout=cluster.timeout,
+    )
+
+
+def set_suspend(cluster: Cluster, *, rt: Mapping[str, Any], suspend: bool) -> None:
+    meta = rt["metadata"]
+    # A merge patch of one field: setting it twice is the same, so no resourceVersion.
+    cluster.api.patch_namespaced_custom_object(
+        names.GROUP, names.VERSION, meta["namespace"], names.PLURAL, meta["name"], {"spec": {"suspend": suspend}},
+        _request_timeout=cluster.timeout, _content_type="application/merge-patch+json",
     )
 
 

@@ -1,10 +1,10 @@
-"""kubectl-baton: the `kubectl baton` plugin (list, status, history, reset, force-recover, release,
-version).
+"""kubectl-baton: the `kubectl baton` plugin (list, status, history, reset, force-recover, suspend,
+resume, force-retire, release, completion, version).
 
 A separate program from the operator: it reads and annotates ToolRuntimes through the API server
 with the user's kubeconfig, and the operator does the work. It follows kubectl's conventions (and
 krew's plugin guidelines): `-n/--namespace`, `-A/--all-namespaces`, `--kubeconfig`, `--context`,
-`-o json|yaml`, `--help` on every verb, errors as one `error: ...` line on stderr.
+`--request-timeout`, `--as`, `--as-group`, `-o json|yaml`, `--help` on every verb, errors as one `error: ...` line on stderr.
 Exit codes: 0 done; 1 refused or failed; 2 a usage error (argparse); 130 interrupted (Ctrl-C).
 """
 
@@ -15,10 +15,24 @@ import sys
 from typing import Callable, TextIO
 
 import baton
-from baton.cli import cluster, render, requests, verbs
+from baton.cli import cluster, completion, render, requests, verbs
 from baton.model import names
 
 OUTPUTS = ("text", "json", "yaml")
+DEFAULT_TIMEOUT = 30.0
+
+
+def _duration(text: str) -> float | None:
+    try:
+        return requests.parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _generation(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"invalid generation {text!r}: a positive integer")
+    return int(text)
 
 
 def _common(*, with_name: bool, all_namespaces: str = "") -> argparse.ArgumentParser:
@@ -33,8 +47,12 @@ def _common(*, with_name: bool, all_namespaces: str = "") -> argparse.ArgumentPa
                        help=all_namespaces)
     g.add_argument("--kubeconfig", default=argparse.SUPPRESS, help="path to the kubeconfig file")
     g.add_argument("--context", default=argparse.SUPPRESS, help="the kubeconfig context to use")
-    g.add_argument("--request-timeout", type=float, default=argparse.SUPPRESS, metavar="SECONDS",
-                   help="give up on an API request after this long (default 30)")
+    g.add_argument("--request-timeout", type=_duration, default=argparse.SUPPRESS, metavar="DURATION",
+                   help="give up on an API request after this long: 30s, 1m, plain seconds; 0: never (default 30s)")
+    g.add_argument("--as", dest="as_user", default=argparse.SUPPRESS, metavar="USER",
+                   help="the user to impersonate for every request")
+    g.add_argument("--as-group", dest="as_groups", action="append", default=argparse.SUPPRESS, metavar="GROUP",
+                   help="a group to impersonate (repeat it for several; needs --as)")
     g.add_argument("-o", "--output", choices=OUTPUTS, default=argparse.SUPPRESS,
                    help="output format: text (default), json or yaml")
     if with_name:
@@ -60,6 +78,19 @@ VERBS: dict[str, tuple[Callable[[argparse.Namespace, cluster.Cluster, verbs.Io],
                       "run on its node. Asks for confirmation on a terminal; without one, pass --yes.\n\n"
                       "examples:\n  kubectl baton force-recover search-mcp -n agents\n"
                       "  kubectl baton force-recover search-mcp -n agents --yes"),
+    "suspend": (verbs.run_suspend, "retire the current generation and start none (sets spec.suspend=true)",
+                "The generation retires as a handoff's would, within its budgets (a pinned one waits\n"
+                "for its ToolRuntimeClaims first, at most budgets.pinSeconds). Already suspended: says so.\n\n"
+                "examples:\n  kubectl baton suspend search-mcp -n agents"),
+    "resume": (verbs.run_resume, "start a new generation of a suspended toolruntime (sets spec.suspend=false)",
+               "Not suspended: says so.\n\nexamples:\n  kubectl baton resume search-mcp -n agents"),
+    "force-retire": (verbs.run_force_retire, "retire a generation its pins hold "
+                     f"(annotates {names.ANN_FORCE_RETIRE} with --generation)",
+                     "Only while that generation's retire waits for ToolRuntimeClaim pins\n"
+                     "(Progressing=AwaitingPinRelease, or RetirementBlocked=True); any other generation is\n"
+                     "refused here, and by the operator as stale. The consumers that pinned it lose it.\n"
+                     "Without the plugin: kubectl annotate trt NAME baton.dev/force-retire=N\n\n"
+                     "examples:\n  kubectl baton force-retire search-mcp --generation 3 -n agents"),
     "release": (verbs.run_release, f"let go of toolruntimes no operator manages any more (removes {names.FINALIZER})",
                 "After helm uninstall, or once a namespace left the operator's watch: removes the\n"
                 "finalizer from the named toolruntime, or from every one in the namespace (-A: the\n"
@@ -93,9 +124,19 @@ def parser() -> argparse.ArgumentParser:
         if verb == "release":
             sub.add_argument("name", nargs="?", default=None,
                              help="name of the toolruntime (default: every one of the namespace)")
+        if verb == "force-retire":
+            sub.add_argument("--generation", type=_generation, required=True, metavar="N",
+                             help="the generation to retire: the one whose retire waits for pins")
         if verb in ("force-recover", "release"):
             sub.add_argument("-y", "--yes", action="store_true", default=False,
                              help="do not ask for confirmation (needed without a terminal)")
+    comp = subparsers.add_parser(
+        "completion", help="print a shell completion script (bash or zsh)",
+        description="Print a shell completion script for kubectl-baton (bash or zsh).",
+        epilog="examples:\n  source <(kubectl baton completion bash)\n"
+               "  kubectl baton completion zsh > \"${fpath[1]}/_kubectl-baton\"",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    comp.add_argument("shell", choices=completion.SHELLS, help="the shell: bash or zsh")
     subparsers.add_parser("version", help="print the plugin's version",
                      description="Print the plugin's version.", parents=[_common(with_name=False)])
     return top
@@ -111,12 +152,17 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         print(f"kubectl-baton {data['version']}" if args.output == "text" else render.render(data, output=args.output),
               file=io.stdout)
         return 0
+    if args.verb == "completion":
+        print(completion.script(parser(), shell=args.shell), end="", file=io.stdout)
+        return 0
     run = VERBS[args.verb][0]
     server = "the API server"
     try:
-        connection = cluster.connect(kubeconfig=getattr(args, "kubeconfig", None),
-                                     context=getattr(args, "context", None),
-                                     timeout=getattr(args, "request_timeout", 30.0))
+        connection = cluster.connect(
+            kubeconfig=getattr(args, "kubeconfig", None), context=getattr(args, "context", None),
+            timeout=getattr(args, "request_timeout", DEFAULT_TIMEOUT),
+            impersonate=cluster.Impersonation(user=getattr(args, "as_user", None),
+                                              groups=tuple(getattr(args, "as_groups", ()))))
         server = connection.server
         return run(args, connection, io)
     except requests.Refused as exc:

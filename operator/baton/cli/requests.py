@@ -1,5 +1,5 @@
-"""The requests the plugin writes (reset, force-recover, release) and when it refuses them; the
-confirmation.
+"""The requests the plugin writes (reset, force-recover, force-retire, suspend, resume, release) and
+when it refuses them; the confirmation; kubectl's duration flag.
 
 Pure: the rules read the ToolRuntime as fetched and return the annotation to write, or raise
 Refused with one line for the user. `confirm` reads the user's answer from the streams it is given.
@@ -8,6 +8,7 @@ Refused with one line for the user. `confirm` reads the user's answer from the s
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Mapping, Sequence, TextIO
 
 from baton.cli import render
@@ -65,6 +66,89 @@ def force_recovery_request(rt: Mapping[str, Any]) -> Request:
     return Request(names.ANN_FORCE_RECOVERY, gen,
                    f"toolruntime/{name}: force recovery of generation {gen} requested (abandons pod {pod} uid {uid})",
                    abandons={"pod": pod, "uid": uid})
+
+
+def force_retire_request(rt: Mapping[str, Any], *, generation: int) -> Request:
+    """The operator honours baton.dev/force-retire only while generation N's retire waits for pins
+    (step StoppingAdmission with pinWaitSince set, N its `from`) and refuses any other value as
+    stale (baton.lifecycle.pin_gate, dispatch): check that here first, so a stale value is never written."""
+    name = rt["metadata"]["name"]
+    t = (rt.get("status") or {}).get("transition") or {}
+    if not t:
+        raise Refused(f"toolruntime {name!r} has no transition: no retire waits for pins, nothing to force-retire")
+    waiting = t.get("step") == "StoppingAdmission" and bool(t.get("pinWaitSince"))
+    retiring = t.get("from")
+    where = f"{t.get('kind')} g{retiring or '-'} -> g{t.get('to') or '-'} at {t.get('step')}"
+    if not waiting:
+        raise Refused(f"toolruntime {name!r}: no retire waits for pins ({where}), nothing to force-retire")
+    if retiring != generation:
+        raise Refused(f"toolruntime {name!r}: generation {generation} is not the one waiting for pins; generation "
+                      f"{retiring} is ({where}): use --generation {retiring}")
+    blocked = render.condition(rt, "RetirementBlocked").get("status") == "True"
+    return Request(names.ANN_FORCE_RETIRE, generation,
+                   f"toolruntime/{name}: force-retire of generation {generation} requested "
+                   f"({'RetirementBlocked' if blocked else 'AwaitingPinRelease'}): it retires past its pins, "
+                   "recorded in its history")
+
+
+@dataclasses.dataclass(frozen=True)
+class Suspend:
+    """spec.suspend to set (a merge patch), whether it changes anything, and what happens then."""
+
+    suspend: bool
+    changed: bool
+    message: str
+
+    def as_data(self, rt: Mapping[str, Any], *, verb: str) -> dict[str, Any]:
+        return {"kind": "ToolRuntime", "namespace": rt["metadata"]["namespace"], "name": rt["metadata"]["name"],
+                "verb": verb, "spec": {"suspend": self.suspend}, "changed": self.changed, "message": self.message}
+
+
+def suspend_request(rt: Mapping[str, Any], *, suspend: bool) -> Suspend:
+    """suspend: the current generation retires within its budgets and none starts; resume: a new
+    generation starts. Already so: nothing to write (exit 0, as `kubectl patch` says "no change")."""
+    name = rt["metadata"]["name"]
+    spec = rt.get("spec") or {}
+    status = rt.get("status") or {}
+    if bool(spec.get("suspend")) == suspend:
+        return Suspend(suspend, False, f"toolruntime/{name} is already {'suspended' if suspend else 'running (not suspended)'}: "
+                                       "nothing changed")
+    if not suspend:
+        return Suspend(False, True, f"toolruntime/{name} resumed: a new generation starts")
+    current = (status.get("current") or {}).get("generation")
+    t = status.get("transition") or {}
+    budgets = spec.get("budgets") or {}
+    drain = budgets.get("drainSeconds", 30)
+    if current:
+        what = (f"generation {current} retires within its budgets (drainSeconds={drain}; a generation pinned by "
+                f"ToolRuntimeClaims waits for them first, at most pinSeconds={budgets.get('pinSeconds', 600)})")
+    elif t.get("from"):
+        what = f"generation {t['from']} retires as its {t.get('kind')} goes on (step {t.get('step')})"
+    else:
+        what = "no generation runs"
+    return Suspend(True, True, f"toolruntime/{name} suspended: {what}, and none starts until "
+                               f"`kubectl baton resume {name}`")
+
+
+# kubectl's --request-timeout: Go durations ("30s", "1m30s", "500ms", "1h") or plain seconds ("30");
+# "0" (any zero) means no timeout.
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds, or None for no timeout; ValueError naming the accepted forms otherwise."""
+    value = text.strip()
+    bad = ValueError(f"invalid duration {text!r}: use a number of seconds or a unit (30s, 1m, 1h30m, 500ms); "
+                     "0 means no timeout")
+    if re.fullmatch(r"\d+(?:\.\d+)?", value):
+        seconds = float(value)
+    else:
+        parts = _DURATION.findall(value)
+        if not value or "".join(n + u for n, u in parts) != value:
+            raise bad
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    return None if seconds == 0 else seconds
 
 
 def without_finalizer(rt: Mapping[str, Any]) -> list[str] | None:

@@ -88,6 +88,32 @@ def run_force_recover(args: argparse.Namespace, connection: cluster.Cluster, io:
     return _run_request(args, connection, io, verb="force-recover", build=requests.force_recovery_request, ask=True)
 
 
+def run_force_retire(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    return _run_request(args, connection, io, verb="force-retire", ask=False,
+                        build=lambda rt: requests.force_retire_request(rt, generation=args.generation))
+
+
+def _run_suspend(args: argparse.Namespace, connection: cluster.Cluster, io: Io, *, suspend: bool) -> int:
+    rt = cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)
+    change = requests.suspend_request(rt, suspend=suspend)
+    if change.changed:
+        cluster.set_suspend(connection, rt=rt, suspend=suspend)
+    if args.output == "text":
+        print(change.message, file=io.stdout)
+    else:
+        print(render.render(change.as_data(rt, verb="suspend" if suspend else "resume"), output=args.output),
+              file=io.stdout)
+    return 0
+
+
+def run_suspend(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    return _run_suspend(args, connection, io, suspend=True)
+
+
+def run_resume(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    return _run_suspend(args, connection, io, suspend=False)
+
+
 def run_release(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
     """Remove Baton's finalizer (baton.dev/retire) from the named toolruntime, or every one of
     the namespace (-A: of the cluster), once no operator manages them: after `helm uninstall`, or

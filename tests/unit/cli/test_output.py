@@ -103,6 +103,8 @@ class FakeCustomObjects:
 
     objects: dict[tuple[str, str], dict[str, Any]] = {}
     calls: list[tuple[Any, ...]] = []
+    timeouts: list[float | None] = []  # each call's _request_timeout
+    content_types: list[str | None] = []  # each patch's _content_type
     fail_patch: int | None = None
     crd_missing = False
     kubeconfig = ""  # its path, for --kubeconfig (the client reads KUBECONFIG only at import)
@@ -119,6 +121,7 @@ class FakeCustomObjects:
 
     def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
                                      **kwargs: Any) -> dict[str, Any]:
+        self.timeouts.append(kwargs.get("_request_timeout"))
         self.calls.append(("get", group, version, namespace, plural, name))
         if self.crd_missing:
             raise self._not_found(None)
@@ -128,17 +131,22 @@ class FakeCustomObjects:
 
     def list_cluster_custom_object(self, group: str, version: str, plural: str, field_selector: str | None = None,
                                    **kwargs: Any) -> dict[str, Any]:
+        self.timeouts.append(kwargs.get("_request_timeout"))
         self.calls.append(("list", group, version, None, plural, field_selector))
         wanted = None if field_selector is None else field_selector.split("=", 1)[1]
         return {"items": [_copy(o) for (_, n), o in sorted(self.objects.items()) if wanted in (None, n)]}
 
     def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
                                       **kwargs: Any) -> dict[str, Any]:
+        self.timeouts.append(kwargs.get("_request_timeout"))
         self.calls.append(("list", group, version, namespace, plural, None))
         return {"items": [_copy(o) for (ns, _), o in sorted(self.objects.items()) if ns == namespace]}
 
     def patch_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
                                        body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        if kwargs.get("_content_type"):
+            self.content_types.append(kwargs["_content_type"])
         self.calls.append(("patch", group, version, namespace, plural, name, body))
         if self.fail_patch is not None:
             exc = k8s_exceptions.ApiException(status=self.fail_patch, reason="Conflict")
@@ -150,6 +158,8 @@ class FakeCustomObjects:
 def install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeCustomObjects]:
     monkeypatch.setattr("kubernetes.client.CustomObjectsApi", FakeCustomObjects)
     monkeypatch.setattr(FakeCustomObjects, "calls", [])
+    monkeypatch.setattr(FakeCustomObjects, "timeouts", [])
+    monkeypatch.setattr(FakeCustomObjects, "content_types", [])
     monkeypatch.setattr(FakeCustomObjects, "fail_patch", None)
     monkeypatch.setattr(FakeCustomObjects, "crd_missing", False)
     monkeypatch.setattr(FakeCustomObjects, "objects", {
@@ -217,7 +227,8 @@ def test_api_errors_are_byte_identical(api: type[FakeCustomObjects], failure: st
     assert [code, out.getvalue(), err.getvalue()] == GOLDEN["errors"][failure]
 
 
-@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "release", "version"])
+@pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "suspend", "resume",
+                                  "force-retire", "release", "completion", "version"])
 def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps at the terminal's width
@@ -251,3 +262,62 @@ def test_release_removes_only_batons_finalizer_and_retries_a_conflict(api: type[
                     stdout=io.StringIO(), stderr=err) == 1
     assert len([c for c in api.calls if c[0] == "patch"]) == 5
     assert err.getvalue() == "error: the toolruntime changed while this ran; try again\n"
+
+
+PINNED = {**READY, "current": None,
+          "transition": {"kind": "Handoff", "from": 3, "to": 4, "step": "StoppingAdmission", "trigger": "TemplateChanged",
+                         "pinWaitSince": "2026-11-30T11:50:00Z"},
+          "conditions": [{"type": "RetirementBlocked", "status": "True", "reason": "PinnedPastBudget"}]}
+
+
+def test_suspend_resume_write_one_merge_patch_once(api: type[FakeCustomObjects]) -> None:
+    """suspend/resume: a merge patch of spec.suspend, and none when it already has that value."""
+    run = lambda *argv: _run_verb(api, *argv)  # noqa: E731
+    assert run("suspend", "search") == (0, "toolruntime/search suspended: generation 3 retires within its budgets "
+                                           "(drainSeconds=30; a generation pinned by ToolRuntimeClaims waits for "
+                                           "them first, at most pinSeconds=600), and none starts until "
+                                           "`kubectl baton resume search`\n", "")
+    assert run("suspend", "paused") == (0, "toolruntime/paused is already suspended: nothing changed\n", "")
+    assert run("resume", "paused") == (0, "toolruntime/paused resumed: a new generation starts\n", "")
+    assert run("resume", "search") == (0, "toolruntime/search is already running (not suspended): nothing changed\n", "")
+    code, out, _ = run("resume", "paused", "-o", "json")
+    assert code == 0 and json.loads(out) == {
+        "kind": "ToolRuntime", "namespace": "agents", "name": "paused", "verb": "resume", "spec": {"suspend": False},
+        "changed": True, "message": "toolruntime/paused resumed: a new generation starts"}
+    patches = [(c[5], c[-1]) for c in api.calls if c[0] == "patch"]
+    assert patches == [("search", {"spec": {"suspend": True}}), ("paused", {"spec": {"suspend": False}}),
+                       ("paused", {"spec": {"suspend": False}})]
+    assert api.content_types == ["application/merge-patch+json"] * 3
+
+
+def test_force_retire_writes_the_annotation_or_refuses(api: type[FakeCustomObjects]) -> None:
+    api.objects[("agents", "pinned")] = _rt("pinned", status=PINNED)
+    code, out, err = _run_verb(api, "force-retire", "pinned", "--generation", "3")
+    assert (code, err) == (0, "")
+    assert out == ("toolruntime/pinned: force-retire of generation 3 requested (RetirementBlocked): it retires past "
+                   "its pins, recorded in its history\n")
+    assert _run_verb(api, "force-retire", "pinned", "--generation", "2") == (1, "", (
+        "error: toolruntime 'pinned': generation 2 is not the one waiting for pins; generation 3 is "
+        "(Handoff g3 -> g4 at StoppingAdmission): use --generation 3\n"))
+    assert _run_verb(api, "force-retire", "search", "--generation", "3") == (1, "", (
+        "error: toolruntime 'search' has no transition: no retire waits for pins, nothing to force-retire\n"))
+    code, _, err = _run_verb(api, "force-retire", "stuck", "--generation", "2")
+    assert code == 1 and err == ("error: toolruntime 'stuck': no retire waits for pins "
+                                 "(Handoff g2 -> g3 at AwaitingPodGone), nothing to force-retire\n")
+    assert [c[-1] for c in api.calls if c[0] == "patch"] == [
+        {"metadata": {"annotations": {"baton.dev/force-retire": "3"}, "resourceVersion": "7"}}]
+
+
+@pytest.mark.parametrize("flag, timeout", [([], 30.0), (["--request-timeout", "1m"], 60.0),
+                                           (["--request-timeout", "0"], None), (["--request-timeout", "5"], 5.0)])
+def test_request_timeout_reaches_every_request(api: type[FakeCustomObjects], flag: list[str],
+                                               timeout: float | None) -> None:
+    assert _run_verb(api, "suspend", "search", *flag)[0] == 0
+    assert _run_verb(api, "status", "nothere", *flag)[0] == 1  # a get, then the list for the hint
+    assert len(api.timeouts) == 4 and set(api.timeouts) == {timeout}
+
+
+def _run_verb(api: type[FakeCustomObjects], *argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main([*argv, "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()

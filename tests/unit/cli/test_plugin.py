@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -139,7 +140,8 @@ def test_confirm_without_a_terminal_needs_yes() -> None:
     assert err.getvalue() == ""
 
 
-@pytest.mark.parametrize("verb", ["list", "status", "history", "reset", "force-recover", "release", "version"])
+@pytest.mark.parametrize("verb", ["list", "status", "history", "reset", "force-recover", "suspend", "resume",
+                                  "force-retire", "release", "version"])
 def test_every_verb_has_its_own_help(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main([verb, "--help"])
@@ -264,3 +266,159 @@ def test_console_script_prints_no_traceback(tmp_path: Path) -> None:
     env["KUBECONFIG"] = str(tmp_path / "missing")
     res = subprocess.run([str(script), "status", "x"], capture_output=True, text=True, timeout=60, env=env)
     assert res.returncode == 1 and res.stderr.startswith("error: no kubeconfig: ") and "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("text, seconds", [
+    ("30s", 30.0), ("1m", 60.0), ("1m30s", 90.0), ("1h", 3600.0), ("500ms", 0.5), ("1.5s", 1.5), ("30", 30.0),
+    ("2.5", 2.5), ("0", None), ("0s", None), ("0m0s", None),
+])
+def test_request_timeout_takes_kubectls_forms(text: str, seconds: float | None) -> None:
+    assert requests.parse_duration(text) == seconds
+    assert getattr(parser().parse_args(["list", "--request-timeout", text]), "request_timeout") == seconds
+
+
+@pytest.mark.parametrize("text", ["", "abc", "30x", "s", "-1", "1m 30s", "30s5", "1.2.3s"])
+def test_bad_request_timeout_is_a_usage_error(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="invalid duration"):
+        requests.parse_duration(text)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["list", "--request-timeout", text])
+    assert exc.value.code == 2
+    assert "argument --request-timeout: invalid duration" in capsys.readouterr().err
+
+
+def test_impersonation_and_force_retire_arguments() -> None:
+    args = parser().parse_args(["force-retire", "search", "--as", "alice", "--generation", "3",
+                                "--as-group", "ops", "--as-group", "oncall", "--context", "prod"])
+    assert vars(args) == {"verb": "force-retire", "name": "search", "generation": 3, "as_user": "alice",
+                          "as_groups": ["ops", "oncall"], "context": "prod"}
+    assert vars(parser().parse_args(["suspend", "search", "-n", "agents"])) == {
+        "verb": "suspend", "name": "search", "namespace": "agents"}
+
+
+@pytest.mark.parametrize("argv", [["force-retire", "x"], ["force-retire", "x", "--generation", "0"],
+                                  ["force-retire", "x", "--generation", "two"], ["suspend"], ["resume", "x", "-A"]])
+def test_new_verbs_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2 and "error:" in capsys.readouterr().err
+
+
+class _Recorder:
+    """A plain-HTTP API server on 127.0.0.1 that answers every request with an empty list (or not
+    at all), keeping each request's raw header lines."""
+
+    def __init__(self, *, answer: bool) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.port = int(self.sock.getsockname()[1])
+        self.answer = answer
+        self.requests: list[list[str]] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(30)
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                data += chunk
+            self.requests.append(data.split(b"\r\n\r\n")[0].decode().split("\r\n")[1:])
+            if not self.answer:
+                try:
+                    conn.recv(1)  # until the client gives up and closes (or 30 s)
+                except OSError:
+                    pass
+                return
+            body = b'{"kind":"ToolRuntimeList","apiVersion":"baton.dev/v1alpha1","items":[]}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                         + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(timeout=35)
+
+
+def test_as_and_as_group_send_one_header_each(tmp_path: Path) -> None:
+    server = _Recorder(answer=True)
+    try:
+        kc = _kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{server.port}")
+        code, out, err = _run(["list", "--kubeconfig", str(kc), "--as", "alice",
+                               "--as-group", "ops", "--as-group", "system:authenticated"])
+    finally:
+        server.close()
+    assert (code, out, err) == (0, "", "No resources found in agents namespace.\n")
+    [headers] = server.requests
+    lowered = [h.lower() for h in headers]
+    assert "impersonate-user: alice" in lowered
+    assert [h for h in lowered if h.startswith("impersonate-group:")] == [
+        "impersonate-group: ops", "impersonate-group: system:authenticated"]
+
+
+def test_no_impersonation_headers_without_as(tmp_path: Path) -> None:
+    server = _Recorder(answer=True)
+    try:
+        code, _, _ = _run(["list", "--kubeconfig", str(_kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{server.port}"))])
+    finally:
+        server.close()
+    assert code == 0 and not [h for h in server.requests[0] if h.lower().startswith("impersonate-")]
+
+
+def test_as_group_needs_as(tmp_path: Path) -> None:
+    kc = _kubeconfig(tmp_path / "kc", f"https://127.0.0.1:{_closed_port()}")
+    assert _run(["list", "--kubeconfig", str(kc), "--as-group", "ops"]) == (
+        1, "", "error: requesting groups (--as-group) without impersonating a user (--as)\n")
+
+
+def test_request_timeout_gives_up_on_a_silent_server(tmp_path: Path) -> None:
+    server = _Recorder(answer=False)
+    try:
+        kc = _kubeconfig(tmp_path / "kc", f"http://127.0.0.1:{server.port}")
+        code, out, err = _run(["list", "--kubeconfig", str(kc), "--request-timeout", "1s"])
+    finally:
+        server.close()
+    assert (code, out, err) == (1, "", f"error: cannot reach the API server http://127.0.0.1:{server.port}: timed out\n")
+
+
+def _complete(words: list[str]) -> list[str]:
+    """What bash offers after `kubectl-baton WORDS` (the last word being completed), with the
+    script `kubectl baton completion bash` prints."""
+    out = io.StringIO()
+    assert cli.main(["completion", "bash"], stdout=out) == 0
+    line = ["kubectl-baton", *words]
+    shell = (out.getvalue() + "\nCOMP_WORDS=(" + " ".join(f"'{w}'" for w in line) + f")\nCOMP_CWORD={len(line) - 1}\n"
+             '_kubectl_baton\nprintf "%s\\n" "${COMPREPLY[@]}"\n')
+    res = subprocess.run(["bash", "--norc", "--noprofile", "-c", shell], capture_output=True, text=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin"})  # no kubectl on PATH: only the script's own words
+    assert res.returncode == 0, res.stderr
+    return [w for w in res.stdout.splitlines() if w]
+
+
+def test_bash_completion_offers_verbs_flags_and_formats() -> None:
+    assert _complete([""]) == ["list", "status", "history", "reset", "force-recover", "suspend", "resume",
+                               "force-retire", "release", "completion", "version"]
+    assert _complete(["force-r"]) == ["force-recover", "force-retire"]
+    assert _complete(["force-retire", "search", "--g"]) == ["--generation"]
+    assert _complete(["suspend", "-n", "agents", "search", "--as"]) == ["--as", "--as-group"]
+    assert _complete(["list", "-o", ""]) == ["text", "json", "yaml"]
+    assert _complete(["list", "--kubeconfig", "/k", "-o", "y"]) == ["yaml"]
+    assert _complete(["completion", ""]) == ["bash", "zsh"]
+    assert "-A" not in _complete(["suspend", "-"]) and "-A" in _complete(["list", "-"])
+    assert _complete(["force-retire", "x", "--generation", ""]) == []  # a number: nothing to offer
+
+
+def test_zsh_completion_runs_the_same_function_through_bashcompinit() -> None:
+    bash, zsh = io.StringIO(), io.StringIO()
+    assert cli.main(["completion", "bash"], stdout=bash) == 0 and cli.main(["completion", "zsh"], stdout=zsh) == 0
+    assert "autoload -U +X bashcompinit && bashcompinit\n_kubectl_baton() {" in zsh.getvalue()
+    assert zsh.getvalue().split("_kubectl_baton() {", 1)[1] == bash.getvalue().split("_kubectl_baton() {", 1)[1]
+    assert zsh.getvalue().rstrip().endswith("complete -F _kubectl_baton kubectl-baton")
