@@ -14,7 +14,7 @@ from baton.lifecycle import plan
 from baton.model import status as status_mod
 
 # No `<name>_created` series: Prometheus ignores them, and they were 58 of 501 samples a scrape.
-prometheus_client.disable_created_metrics()
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
 
 REGISTRY = prometheus_client.CollectorRegistry(auto_describe=True)
 # process_* (memory, CPU, open fds, start time) and python_* (gc, version), as every client

@@ -32,11 +32,12 @@ from kubernetes import client, watch
 from dev.ports import free_port
 from dev.wait import wait_for
 from harness.kwok import assert_loopback
+from harness.operator import ChildProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class GatewayProcess:
+class GatewayProcess(ChildProcess):
     """One gateway replica; its Lease lives in `system_namespace` (the test's namespace)."""
 
     def __init__(self, cluster: Any, log_dir: Path, *, identity: str, namespaces: list[str], system_namespace: str,
@@ -103,25 +104,8 @@ class GatewayProcess:
         finally:
             conn.close()
 
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def wait_exit(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
     def log_tail(self, n: int = 60) -> str:
-        return "\n".join(self.log_text().splitlines()[-n:])
+        return super().log_tail(n)
 
 
 @dataclass

@@ -16,7 +16,35 @@ from dev.wait import wait_for
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class OperatorProcess:
+class ChildProcess:
+    """What the harness does with a Baton process it started (the operator, the gateway): signal,
+    kill (a stopped one too), wait for its exit, read its log."""
+
+    proc: subprocess.Popen[bytes] | None
+    log_path: Path
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-n:])
+
+
+class OperatorProcess(ChildProcess):
     """One operator replica. Every test stops what it starts (fixture teardown kills by pid)."""
 
     def __init__(self, cluster: Any, log_dir: Path, *, identity: str, namespaces: list[str],
@@ -88,22 +116,3 @@ class OperatorProcess:
                 total += float(value)
         return total
 
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, sig)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def wait_exit(self, timeout: float) -> int:
-        assert self.proc is not None
-        return self.proc.wait(timeout=timeout)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    def log_tail(self, n: int = 40) -> str:
-        return "\n".join(self.log_text().splitlines()[-n:])

@@ -326,3 +326,49 @@ def test_an_observed_without_a_probe_is_left_alone() -> None:
     asyncio.run(scenario())
 
 
+
+
+# --- the new pod's one check, as it becomes current ---------------------------------------------
+
+
+class Misconfigured(FakeProber):
+    """A tool without the probe's path: 404, as drainprobe.Prober reports it."""
+
+    async def probe(self, *, pod: dict[str, Any], probe: sp.DrainProbe, timeout: float | None = None) -> drainprobe.Result:
+        self.calls.append((pod["metadata"]["uid"], probe.timeout_seconds if timeout is None else timeout))
+        return drainprobe.Result(idle=False, error="answered 404: the tool has no such endpoint", misconfigured=True)
+
+
+def connecting_snapshot(*, to_uid: str = "uid-8", ready: bool = True, serving: bool = True) -> snapshot.Snapshot:
+    t = b.transition(st.Step.CONNECTING, to_uid=to_uid)
+    spec = b.spec(probe=True).model_copy(update={"drain": sp.Drain(probe=PROBE)})
+    o = b.observed(status_=b.in_flight(t), spec_=spec, pods=(b.pod(8, uid_=to_uid, ready=ready, serving=serving),))
+    return snapshot.Snapshot(observed=o, runtime={}, pods=[raw_pod(to_uid)])
+
+
+def test_the_new_pods_check_runs_on_the_runner_and_its_answer_is_kept_for_that_pod_and_step() -> None:
+    async def scenario() -> None:
+        clock = manual()
+        r = Runner(clock=clock)
+        r.prober = Misconfigured()
+        r.probes.prober = r.prober
+        # Not Ready (or not serving) yet: nothing to check.
+        for snap in (connecting_snapshot(ready=False), connecting_snapshot(serving=False)):
+            o = probing.observe(snap, key=KEY, probes=r.probes, holds=True, clock=clock)
+            assert not o.drain_probe_checking and r.probes.flights == 0
+        # Ready and serving: the check starts, the pass is told it is in flight, never waits.
+        o = probing.observe(connecting_snapshot(), key=KEY, probes=r.probes, holds=True, clock=clock)
+        assert o.drain_probe_checking and not o.drain_probe_misconfigured
+        flight = r.probes.in_flight(KEY)
+        assert flight is not None and (flight.uid, flight.purpose) == ("uid-8", probing.Purpose.READY_CHECK)
+        await r.probes.settle()
+        assert r.woken == [KEY]
+        o = probing.observe(connecting_snapshot(), key=KEY, probes=r.probes, holds=True, clock=clock)
+        assert (o.drain_probe_checking, o.drain_probe_misconfigured) == (False, True)
+        # Another pod's Connecting step does not take that answer; a replica without the Lease checks nothing.
+        o = probing.observe(connecting_snapshot(to_uid="uid-9"), key=KEY, probes=r.probes, holds=True, clock=clock)
+        assert o.drain_probe_checking and not o.drain_probe_misconfigured
+        await r.probes.close()
+        o = probing.observe(connecting_snapshot(to_uid="uid-10"), key=KEY, probes=r.probes, holds=False, clock=clock)
+        assert not o.drain_probe_checking and r.probes.flights == 0
+    asyncio.run(scenario())
