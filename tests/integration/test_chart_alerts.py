@@ -32,7 +32,7 @@ def promtool() -> str:
 
 def rendered_rules(release: str = "baton", namespace: str = "baton-system", *sets: str) -> list[dict[str, Any]]:
     out = helm("template", release, str(CHART), "-n", namespace, "--set", "prometheusRule.enabled=true",
-               "--set", f"prometheusRule.runbookBaseUrl={RUNBOOKS}", *sets).stdout
+               "--set", f"prometheusRule.runbookBaseUrl={RUNBOOKS}", "--set", "gateway.enabled=true", *sets).stdout
     [rule] = [d for d in yaml.safe_load_all(out) if d and d.get("kind") == "PrometheusRule"]
     return [r for g in rule["spec"]["groups"] for r in g["rules"]]
 
@@ -40,7 +40,7 @@ def rendered_rules(release: str = "baton", namespace: str = "baton-system", *set
 @pytest.fixture
 def rules_dir(tmp_path: Path) -> Path:
     rendered = helm("template", "baton", str(CHART), "-n", "baton-system",
-                    "--set", "prometheusRule.enabled=true",
+                    "--set", "prometheusRule.enabled=true", "--set", "gateway.enabled=true",
                     "--set", f"prometheusRule.runbookBaseUrl={RUNBOOKS}").stdout
     proc = subprocess.run([sys.executable, str(ROOT / "hack" / "extract-alert-rules.py")],
                           input=rendered, capture_output=True, text=True, timeout=60, check=True)
@@ -54,7 +54,7 @@ def test_rendered_rules_are_valid(rules_dir: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     print(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 13 rules found" in proc.stdout
+    assert "SUCCESS: 14 rules found" in proc.stdout
 
 
 def test_alert_unit_tests_pass(rules_dir: Path) -> None:
@@ -81,19 +81,23 @@ SELECTOR = re.compile(r"\b(baton_[a-z_]+|process_[a-z_]+|up)\b\s*(\{[^}]*\})?")
 PROCESS_GAUGES = {"baton_memory_limit_bytes"}
 
 
-@pytest.mark.parametrize("release, namespace, sets, job", [
-    ("baton", "baton-system", (), "baton-metrics"),
-    ("edge", "tenant-ops", (), "edge-baton-metrics"),
-    ("edge", "tenant-ops", ("--set", "prometheusRule.scrapeJob=kubernetes-pods"), "kubernetes-pods"),
+@pytest.mark.parametrize("release, namespace, sets, op_job, gw_job", [
+    ("baton", "baton-system", (), "baton-metrics", "baton-gateway-metrics"),
+    ("edge", "tenant-ops", (), "edge-baton-metrics", "edge-baton-gateway-metrics"),
+    ("edge", "tenant-ops", ("--set", "prometheusRule.scrapeJob=kubernetes-pods",
+                            "--set", "prometheusRule.gatewayScrapeJob=gw-pods"), "kubernetes-pods", "gw-pods"),
 ])
 def test_every_expression_is_scoped_to_the_release_job_and_namespace(
-        release: str, namespace: str, sets: tuple[str, ...], job: str) -> None:
+        release: str, namespace: str, sets: tuple[str, ...], op_job: str, gw_job: str) -> None:
     """Another release (or another exporter with the same metric names) must neither fire nor
     silence these alerts: each expression names the release's scrape job and namespace, and each
     series it reads selects that job. promtool's cases with look-alike series prove the effect."""
     rules = rendered_rules(release, namespace, *sets)
     assert rules
+    assert "BatonGatewayRefusingCalls" in {r["alert"] for r in rules}
     for r in rules:
+        # The gateway's alert reads the gateway's scrape job, every other one the operator's.
+        job = gw_job if r["alert"].startswith("BatonGateway") else op_job
         expr = r["expr"]
         assert f'job="{job}"' in expr, f"{r['alert']}: no job=\"{job}\" in {expr}"
         assert f'namespace="{namespace}"' in expr, f"{r['alert']}: no namespace=\"{namespace}\" in {expr}"

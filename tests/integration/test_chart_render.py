@@ -147,7 +147,7 @@ def test_default_values_cover_the_schema() -> None:
     # Keys the schema knows but values.yaml leaves unset on purpose (optional quantities and
     # optional Kubernetes securityContext fields).
     optional = {k for k in in_schema - in_values
-                if k.startswith(("resources.", "podSecurityContext.", "containerSecurityContext."))}
+                if k.startswith(("resources.", "gateway.resources.", "podSecurityContext.", "containerSecurityContext."))}
     assert in_values - in_schema == set(), "values.yaml keys missing from the schema"
     assert in_schema - in_values - optional == set(), "schema keys missing from values.yaml"
 
@@ -175,6 +175,10 @@ def test_every_value_is_documented() -> None:
     (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
     (["--set-json", 'watch={"namespaces":["Bad_NS"]}'], "does not match pattern"),
     (["--set", "prometheusRule.alerts.cleanupFailedFor=five minutes"], "cleanupFailedFor"),
+    (["--set", "gateway.enable=true"], "additional properties 'enable' not allowed"),
+    (["--set", "gateway.ports.call=9000"], "additional properties 'call' not allowed"),
+    (["--set", "gateway.leaseSeconds=1"], "gateway/leaseSeconds"),
+    (["--set-json", 'gateway={"allowedCidrs":["10.0.0.0"]}'], "does not match pattern"),
 ])
 def test_values_typo_fails_with_the_schema_message(args: list[str], message: str) -> None:
     proc = helm("template", "baton", str(CHART), *args, check=False)
@@ -353,11 +357,11 @@ EXPECTED_ALERTS = {"BatonCleanupFailedHeld", "BatonTransitionStuck", "BatonForce
                    "BatonLeaseConflictsRising", "BatonOperatorDown", "BatonDrainIncompleteRising",
                    "BatonRetirementBlocked", "BatonRuntimeNotReady", "BatonRuntimeDegraded",
                    "BatonOperatorMemoryNearLimit", "BatonApiErrorRatioHigh", "BatonWatchErrorsRising",
-                   "BatonPassesCrashing"}
+                   "BatonPassesCrashing", "BatonGatewayRefusingCalls"}
 
 
 def test_every_alert_has_summary_description_and_a_runbook_section() -> None:
-    rule = one(render(files=[CHART / "ci" / "monitoring-values.yaml"]), "PrometheusRule")
+    rule = one(render({"gateway.enabled": "true"}, files=[CHART / "ci" / "monitoring-values.yaml"]), "PrometheusRule")
     alerts = [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
     assert {a["alert"] for a in alerts} == EXPECTED_ALERTS
     runbooks = (ROOT / "docs" / "runbooks.md").read_text()
@@ -370,3 +374,213 @@ def test_every_alert_has_summary_description_and_a_runbook_section() -> None:
         assert a["alert"].lower() in anchors, f"docs/runbooks.md has no section {a['alert']}"
         assert a["labels"]["severity"] in ("critical", "warning")
         assert a["labels"]["team"] == "platform"
+
+
+# --- the gateway (gateway.enabled) ---------------------------------------------------------------
+
+GATEWAY_KINDS = {"Deployment", "PodDisruptionBudget", "Service", "ServiceAccount", "ClusterRole",
+                 "ClusterRoleBinding", "Role", "RoleBinding", "ServiceMonitor", "NetworkPolicy"}
+
+
+def _is_gateway(o: dict[str, Any]) -> bool:
+    # By its labels, not its name: the operator's own Role "<fullname>-gateways" (it lists the
+    # gateway Leases) is not the gateway's.
+    return (o["metadata"].get("labels") or {}).get("app.kubernetes.io/name") == "baton-gateway"
+
+
+def _gateway_objs(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objs if _is_gateway(o)]
+
+
+def test_gateway_is_off_by_default_and_every_object_appears_when_enabled() -> None:
+    off = render(files=[CHART / "ci" / "monitoring-values.yaml"], values={"gateway.networkPolicy.enabled": "true"})
+    assert _gateway_objs(off) == []
+    on = render(files=[CHART / "ci" / "monitoring-values.yaml"],
+                values={"gateway.enabled": "true", "gateway.networkPolicy.enabled": "true"})
+    gw = {(o["kind"], o["metadata"]["name"]) for o in _gateway_objs(on)}
+    assert gw == {("Deployment", "baton-gateway"), ("PodDisruptionBudget", "baton-gateway"),
+                  ("Service", "baton-gateway"), ("Service", "baton-gateway-metrics"),
+                  ("ServiceAccount", "baton-gateway"), ("ClusterRole", "baton-gateway"),
+                  ("ClusterRoleBinding", "baton-gateway"), ("Role", "baton-gateway-registration"),
+                  ("RoleBinding", "baton-gateway-registration"), ("ServiceMonitor", "baton-gateway"),
+                  ("NetworkPolicy", "baton-gateway")}
+    # Everything else is the same as with the gateway off (plus its alert in the PrometheusRule).
+    rest = lambda objs: sorted((o["kind"], o["metadata"]["name"]) for o in objs if not _is_gateway(o))  # noqa: E731
+    assert rest(on) == rest(off)
+    # No NetworkPolicy unless asked for.
+    assert "NetworkPolicy" not in {o["kind"] for o in render({"gateway.enabled": "true"})}
+
+
+def _gateway_deployment(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    [dep] = [o for o in by_kind(objs, "Deployment") if o["metadata"]["name"] == "baton-gateway"]
+    return dep
+
+
+def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
+    objs = render({"gateway.enabled": "true"})
+    dep = _gateway_deployment(objs)
+    [operator] = [o for o in by_kind(objs, "Deployment") if o is not dep]
+    spec = dep["spec"]
+    assert spec["replicas"] == 2
+    pod = spec["template"]["spec"]
+    assert pod["serviceAccountName"] == "baton-gateway"
+    assert pod["terminationGracePeriodSeconds"] == 30
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    [c] = pod["containers"]
+    assert c["image"] == operator["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert c["args"] == ["gateway"]
+    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                    "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+    assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
+    for v in pod.get("volumes", []):
+        assert set(v) <= {"name", "emptyDir"}, v
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"calls": 8000, "admin": 8082, "metrics": 8080, "health": 8081}
+    env = container_env(dep)
+    assert env == {
+        "BATON_INSTANCE_ID": {"fieldRef": {"fieldPath": "metadata.name"}},
+        "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
+        "BATON_SYSTEM_NAMESPACE": "baton-system",
+        "BATON_NAMESPACES": "",
+        "BATON_GATEWAY_BIND": "0.0.0.0:8000",
+        "BATON_GATEWAY_ADMIN_BIND": "0.0.0.0:8082",
+        "BATON_GATEWAY_ALLOWED_CIDRS": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8",
+        "BATON_GATEWAY_LEASE_SECONDS": "15",
+        "BATON_METRICS_BIND": "0.0.0.0:8080",
+        "BATON_HEALTH_BIND": "0.0.0.0:8081",
+        "BATON_SHUTDOWN_GRACE_SECONDS": "25",
+        "BATON_LOG_LEVEL": "INFO",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    # The gateway reads exactly these: each name is one GatewaySettings.from_env knows, and the
+    # settings it builds from the rendered values are the chart's (the admin address from POD_IP).
+    settings_mod = importlib.import_module("baton.settings")
+    plain = {k: v for k, v in env.items() if isinstance(v, str)}
+    s = settings_mod.GatewaySettings.from_env({**plain, "BATON_INSTANCE_ID": "baton-gateway-abc", "POD_IP": "10.1.2.3"})
+    assert s.identity == "baton-gateway-abc" and s.system_namespace == "baton-system"
+    assert s.bind == ("0.0.0.0", 8000) and s.admin_bind == ("0.0.0.0", 8082)
+    assert s.admin_address == "10.1.2.3:8082"
+    assert s.lease_seconds == 15 and s.shutdown_grace_seconds == 25.0
+    assert [str(n) for n in s.allowed] == env["BATON_GATEWAY_ALLOWED_CIDRS"].split(",")
+    source = (OPERATOR / "settings.py").read_text()
+    for name in env:
+        if name.startswith("BATON_") or name == "POD_IP":
+            assert f'"{name}"' in source, f"{name} is not read by baton.settings"
+    # Pods of their own: no selector of the operator matches them, and theirs matches no operator pod.
+    gw_labels = spec["template"]["metadata"]["labels"]
+    op_selector = operator["spec"]["selector"]["matchLabels"]
+    assert not all(gw_labels.get(k) == v for k, v in op_selector.items())
+    op_labels = operator["spec"]["template"]["metadata"]["labels"]
+    assert not all(op_labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items())
+    assert all(gw_labels.get(k) == v for k, v in spec["selector"]["matchLabels"].items())
+    [tsc] = pod["topologySpreadConstraints"]
+    assert tsc["labelSelector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    [pdb] = [o for o in by_kind(objs, "PodDisruptionBudget") if o["metadata"]["name"] == "baton-gateway"]
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    svc = {o["metadata"]["name"]: o for o in by_kind(objs, "Service")}
+    assert svc["baton-gateway"]["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert svc["baton-gateway"]["spec"]["ports"] == [{"name": "calls", "port": 80, "targetPort": "calls", "protocol": "TCP"}]
+    assert svc["baton-gateway-metrics"]["spec"]["selector"] == spec["selector"]["matchLabels"]
+    assert svc["baton-metrics"]["spec"]["selector"] == op_selector
+
+
+def test_gateway_values_reach_the_container() -> None:
+    dep = _gateway_deployment(render({"gateway.enabled": "true", "gateway.leaseSeconds": "30",
+                                      "gateway.ports.calls": "9000", "gateway.ports.admin": "9001",
+                                      "gateway.terminationGracePeriodSeconds": "60", "gateway.replicaCount": "3",
+                                      "gateway.logLevel": "DEBUG"},
+                                     set_json={"gateway.allowedCidrs": ["10.244.0.0/16"], "watch.namespaces": ["agents"],
+                                               "gateway.extraEnv": [{"name": "BATON_GATEWAY_MAX_HELD", "value": "50"}]}))
+    env = container_env(dep)
+    assert env["BATON_GATEWAY_LEASE_SECONDS"] == "30"
+    assert env["BATON_GATEWAY_BIND"] == "0.0.0.0:9000" and env["BATON_GATEWAY_ADMIN_BIND"] == "0.0.0.0:9001"
+    assert env["BATON_GATEWAY_ALLOWED_CIDRS"] == "10.244.0.0/16"
+    assert env["BATON_NAMESPACES"] == "agents"
+    assert env["BATON_SHUTDOWN_GRACE_SECONDS"] == "55"
+    assert env["BATON_LOG_LEVEL"] == "DEBUG" and env["BATON_GATEWAY_MAX_HELD"] == "50"
+    assert dep["spec"]["replicas"] == 3
+    assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 60
+    clash = helm("template", "baton", str(CHART), "--set", "gateway.enabled=true", "--set", "gateway.ports.admin=8080",
+                 check=False)
+    assert clash.returncode != 0 and "gateway.ports" in clash.stderr, clash.stderr
+
+
+def _gateway_needs() -> set[tuple[str, str, str]]:
+    """What the gateway's code declares next to its calls (the views' informers, its Lease)."""
+    needed = set()
+    for name in ("baton.gateway.views", "baton.k8s.registration"):
+        module = importlib.import_module(name)
+        declared = {(g, r, v) for g, r, verbs in module.RBAC for v in verbs}
+        assert declared, f"{name} declares no RBAC"
+        needed |= declared
+    return needed
+
+
+def test_gateway_rbac_is_exactly_what_its_code_declares() -> None:
+    views = {(g, r, v) for g, r, verbs in importlib.import_module("baton.gateway.views").RBAC for v in verbs}
+    lease = {(g, r, v) for g, r, verbs in importlib.import_module("baton.k8s.registration").RBAC for v in verbs}
+    assert views and lease and views | lease == _gateway_needs()
+    text = (OPERATOR / "k8s" / "registration.py").read_text()
+    methods = set(re.findall(r'request\(\s*"([A-Z]+)"', text)) | ({"GET"} if "get_or_none(" in text else set())
+    assert methods and all(HTTP_VERBS[m] & {v for _, _, v in lease} for m in methods), methods
+    for files, values in (([], {}), ([CHART / "ci" / "namespaced-values.yaml"], {})):
+        objs = _gateway_objs(render({"gateway.enabled": "true", **values}, files=files))
+        subjects = {(s["kind"], s["name"], s["namespace"]) for o in objs if "subjects" in o for s in o["subjects"]}
+        assert subjects == {("ServiceAccount", "baton-gateway", "baton-system")}
+        [reg] = [o for o in objs if o["kind"] == "Role" and o["metadata"]["name"] == "baton-gateway-registration"]
+        assert reg["metadata"]["namespace"] == "baton-system"
+        assert _grants(reg["rules"]) == lease
+        view_roles = [o for o in objs if o["kind"] in ("Role", "ClusterRole") and o is not reg]
+        assert view_roles
+        for role in view_roles:
+            assert _grants(role["rules"]) == views, role["metadata"]
+        if files:  # a list of namespaces: a Role and RoleBinding in each, no ClusterRole
+            assert {o["metadata"]["namespace"] for o in view_roles} == {"agents", "browsers"}
+            assert all(o["kind"] == "Role" for o in view_roles)
+            bindings = [o for o in objs if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == "baton-gateway"]
+            assert {o["metadata"]["namespace"] for o in bindings} == {"agents", "browsers"}
+        else:
+            assert [o["kind"] for o in view_roles] == ["ClusterRole"]
+            [crb] = [o for o in objs if o["kind"] == "ClusterRoleBinding"]
+            assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "baton-gateway"}
+        binding_roles = {(o["roleRef"]["kind"], o["roleRef"]["name"]) for o in objs if "roleRef" in o}
+        assert binding_roles <= {(o["kind"], o["metadata"]["name"]) for o in objs if o["kind"] in ("Role", "ClusterRole")}
+    # Read-only on the views: nothing the gateway may write but Leases in its own namespace.
+    writes = {g for g in views if g[2] not in ("get", "list", "watch")}
+    assert not writes
+    # The operator's RBAC is unchanged by the gateway (it only lists the gateway Leases).
+    op = lambda objs: sorted(json.dumps(o, sort_keys=True) for o in objs  # noqa: E731
+                             if o["kind"] in ("ClusterRole", "Role") and not _is_gateway(o))
+    assert op(render({"gateway.enabled": "true"})) == op(render())
+
+
+def test_gateway_network_policy_lets_only_the_operator_reach_the_admin_port() -> None:
+    objs = render({"gateway.enabled": "true", "gateway.networkPolicy.enabled": "true"})
+    np = one(objs, "NetworkPolicy")
+    dep = _gateway_deployment(objs)
+    [operator] = [o for o in by_kind(objs, "Deployment") if o is not dep]
+    assert np["spec"]["podSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    open_rule, admin_rule = np["spec"]["ingress"]
+    assert "from" not in open_rule and {p["port"] for p in open_rule["ports"]} == {"calls", "metrics", "health"}
+    assert [p["port"] for p in admin_rule["ports"]] == ["admin"]
+    [peer] = admin_rule["from"]
+    assert peer == {"podSelector": {"matchLabels": operator["spec"]["selector"]["matchLabels"]}}
+
+
+def test_gateway_service_monitor_selects_the_gateway_metrics_service() -> None:
+    objs = render({"gateway.enabled": "true"}, files=[CHART / "ci" / "monitoring-values.yaml"])
+    [sm] = [o for o in by_kind(objs, "ServiceMonitor") if o["metadata"]["name"] == "baton-gateway"]
+    [svc] = [o for o in by_kind(objs, "Service") if o["metadata"]["name"] == "baton-gateway-metrics"]
+    for k, v in sm["spec"]["selector"]["matchLabels"].items():
+        assert svc["metadata"]["labels"][k] == v
+    [op_svc] = [o for o in by_kind(objs, "Service") if o["metadata"]["name"] == "baton-metrics"]
+    assert not all(op_svc["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+    [ep] = sm["spec"]["endpoints"]
+    assert ep["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"

@@ -184,3 +184,48 @@ true
 false
 {{- end -}}
 {{- end -}}
+
+{{/* --- the gateway (gateway.enabled; docs/chart.md "The gateway") --------------------------- */}}
+
+{{- define "baton.gatewayName" -}}
+{{- printf "%s-gateway" (include "baton.fullname" .) -}}
+{{- end -}}
+
+{{/*
+Selector labels of the gateway pods. A name of their own ("<name>-gateway"), like the test pod's:
+the operator's Deployment, PDB and metrics Service select the plain name and instance, and must
+never count or adopt a gateway pod.
+*/}}
+{{- define "baton.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-gateway" (include "baton.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of the gateway's objects: the standard labels with the gateway's name, component "gateway". */}}
+{{- define "baton.gatewayLabels" -}}
+{{- $std := include "baton.labels" . | fromYaml -}}
+{{- $_ := set $std "app.kubernetes.io/name" (printf "%s-gateway" (include "baton.name" .) | trunc 63 | trimSuffix "-") -}}
+{{- $_ := set $std "app.kubernetes.io/component" "gateway" -}}
+{{- toYaml $std -}}
+{{- end -}}
+
+{{/* BATON_SHUTDOWN_GRACE_SECONDS of the gateway: its grace period minus 5 s, so the calls in
+flight finish (or are answered GatewayShutdown) before the kubelet's SIGKILL. */}}
+{{- define "baton.gatewayShutdownGraceSeconds" -}}
+{{- max 1 (sub (int .Values.gateway.terminationGracePeriodSeconds) 5) -}}
+{{- end -}}
+
+{{/*
+The API rules the gateway's views need (baton.gateway.views: ToolRuntimes and pods, listed and
+watched, nothing else); test_chart_render checks them against what the code declares.
+*/}}
+{{- define "baton.gatewayRules" -}}
+# ToolRuntimes: which generation serves, spec.service (ports, gateway), budgets.admissionSeconds.
+- apiGroups: ["baton.dev"]
+  resources: ["toolruntimes"]
+  verbs: ["list", "watch"]
+# Generation pods (selected by label baton.dev/runtime): serving label, readiness, pod IP.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+{{- end -}}

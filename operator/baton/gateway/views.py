@@ -15,6 +15,13 @@ from baton.gateway import state as state_mod
 from baton.k8s import api as k8s_api
 from baton.model import names
 
+# The API rules the views need (apiGroup, resource, verbs): the chart's gateway ClusterRole/Roles
+# grant exactly these (tests/integration/test_chart_render.py checks it).
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    (names.GROUP, names.PLURAL, ("list", "watch")),
+    ("", "pods", ("list", "watch")),
+)
+
 
 class GatewayViews:
     def __init__(self, *, namespaces: tuple[str, ...], state: state_mod.State) -> None:
