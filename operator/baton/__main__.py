@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_mod.Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     logs.configure(settings.log_level)
     try:
-        install_digest_key(settings)
         client.load_config()
+        install_digest_key(settings)
     except (configrefs.DigestKeyError, ValueError) as exc:
         # No digest key, or a connection setting Baton cannot honour: refused before anything connects.
         print(f"baton: {exc}", file=sys.stderr)

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from dev.digestkey import ensure as ensure_digest_key
 from dev.wait import stays, wait_for
-from harness.chart import one, render, sa_kubeconfig
+from harness.chart import render, sa_kubeconfig
 from harness.operator import OperatorProcess
 from harness.runtimes import Runtimes, runtime_manifest
 from harness.watchlog import PodWatch
@@ -101,7 +101,9 @@ def _operator_role(namespace: str) -> list[dict[str, Any]]:
     """The chart's rules for one watched namespace, without ConfigMaps and Secrets."""
     objs = render(set_json={"watch": {"namespaces": [namespace]}},
                   values={"rbac.readSecrets": "never", "rbac.readConfigMaps": "false"})
-    rules: list[dict[str, Any]] = one(objs, "Role")["rules"]
+    # The Role in the watched namespace (the chart has others in its own: the gateway Leases).
+    [role] = [o for o in objs if o["kind"] == "Role" and o["metadata"].get("namespace") == namespace]
+    rules: list[dict[str, Any]] = role["rules"]
     assert not any({"secrets", "configmaps"} & set(r.get("resources") or []) for r in rules)
     return rules
 
