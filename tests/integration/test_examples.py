@@ -77,7 +77,7 @@ def test_examples_are_admitted_as_they_are_and_run(
         assert stored["spec"]["template"] == rt["spec"]["template"]
         assert set(stored["spec"]["budgets"]) == {"lockSeconds", "connectSeconds", "drainSeconds",
                                                   "terminationGraceSeconds", "cleanupSeconds", "pendingSeconds",
-                                                  "pinSeconds"}
+                                                  "pinSeconds", "admissionSeconds"}
         for k, v in (rt["spec"].get("budgets") or {}).items():
             assert stored["spec"]["budgets"][k] == v
         assert stored["spec"]["recovery"]["onCleanupFailure"] in ("Hold", "Force")
