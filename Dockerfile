@@ -19,7 +19,7 @@ ARG PIP_FIND_LINKS
 WORKDIR /src
 COPY hack/image-install.sh /src/hack/image-install.sh
 COPY requirements/image.lock /src/requirements/image.lock
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE /src/
 COPY operator /src/operator
 # Same steps as tests/integration/test_dockerfile.py runs without Docker.
 RUN sh /src/hack/image-install.sh /opt/baton /src

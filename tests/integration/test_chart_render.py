@@ -584,3 +584,19 @@ def test_gateway_service_monitor_selects_the_gateway_metrics_service() -> None:
     [ep] = sm["spec"]["endpoints"]
     assert ep["port"] == svc["spec"]["ports"][0]["name"] == "metrics"
     assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+@pytest.mark.parametrize("values", VALUE_SETS, ids=lambda v: "defaults" if v is None else v.name)
+def test_the_digest_key_file_is_readable_by_the_operators_user(values: Path | None) -> None:
+    """The key Secret's files are root's; without an fsGroup granting the group, the operator's
+    non-root user reads them only through the mode's "other" bits (0400 locked it out in a real
+    kubelet, and the operator refuses to start without its key)."""
+    objs = render(files=[values] if values else [])
+    [dep] = [d for d in by_kind(objs, "Deployment") if "gateway" not in d["metadata"]["name"]]
+    pod = dep["spec"]["template"]["spec"]
+    [vol] = [v for v in pod["volumes"] if v["name"] == "digest-key"]
+    mode = vol["secret"]["defaultMode"]
+    fs_group = (pod.get("securityContext") or {}).get("fsGroup")
+    assert mode & 0o004 or (fs_group is not None and mode & 0o040), (oct(mode), fs_group)
+    [c] = pod["containers"]
+    assert any(m["name"] == "digest-key" and m.get("readOnly") for m in c["volumeMounts"])
