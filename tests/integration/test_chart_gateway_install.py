@@ -10,9 +10,8 @@ watch and its Lease create are granted; its clean exit deleting the Lease proves
 from __future__ import annotations
 
 import signal
-import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -24,24 +23,6 @@ from harness.gateway import GatewayProcess
 
 INSTANCE = "app.kubernetes.io/instance"
 
-
-@pytest.fixture
-def release_ns(cluster: Any) -> Iterator[str]:
-    """A namespace for the release that enforces Pod Security "restricted"."""
-    core = client.CoreV1Api(cluster.api_client)
-    name = f"baton-gw-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {
-        "baton.dev/test": "true",
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    try:
-        yield name
-    finally:
-        try:
-            core.delete_namespace(name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
 
 
 def test_gateway_install_objects_restricted_pods_and_least_privilege(

@@ -15,7 +15,7 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 from kubernetes import client
@@ -31,24 +31,6 @@ from harness.watchlog import PodWatch
 Start = Callable[..., OperatorProcess]
 INSTANCE = "app.kubernetes.io/instance"
 
-
-@pytest.fixture
-def release_ns(cluster: Any) -> Iterator[str]:
-    """A namespace for the release that enforces Pod Security "restricted"."""
-    core = client.CoreV1Api(cluster.api_client)
-    name = f"baton-rel-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {
-        "baton.dev/test": "true",
-        "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "latest"}}})
-    try:
-        yield name
-    finally:
-        try:
-            core.delete_namespace(name)
-        except ApiException as e:
-            if e.status != 404:
-                raise
 
 
 def install(cluster: Any, release: str, ns: str, *args: str) -> str:
