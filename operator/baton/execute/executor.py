@@ -75,7 +75,7 @@ class Executor:
         return outcome
 
     async def _one(self, ctx: actions.Context, action: plan.Action) -> None:
-        if (False and isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key)
+        if (isinstance(action, plan.FENCED) and not self.leases.holds(ctx.key)
                 and not (ctx.lease_free and isinstance(action, plan.LEASE_FREE_IN_TERMINATING_NAMESPACE))):
             metrics.FENCING_REJECTIONS.inc()
             raise outcomes.Aborted(f"{type(action).__name__} refused: this replica does not hold a fresh Lease")
