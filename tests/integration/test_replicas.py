@@ -133,7 +133,8 @@ def test_each_runtimes_series_are_exported_by_one_replica_and_the_survivor_takes
         operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     """Two replicas see the same three runtimes; the sum over both scrapes has each runtime's
     series exactly once (before: once per replica), all from the holder of the metrics Lease. When
-    that replica dies (SIGKILL: no hand-back), the other exports them within the Lease's expiry."""
+    that replica dies (SIGKILL: no hand-back), the other exports them within the Lease's expiry;
+    when that one stops cleanly, a third takes over from the Lease it handed back."""
     names = ["m0", "m1", "m2"]
     for n in names:
         rts.create(runtime_manifest(n))
@@ -173,3 +174,17 @@ def test_each_runtimes_series_are_exported_by_one_replica_and_the_survivor_takes
     print(f"{survivor} exports every runtime's series {time.monotonic() - t0:.1f}s after {exporting}'s SIGKILL "
           f"(Lease duration {LEASE_SECONDS}s)")
     assert coord.read_namespaced_lease(lease.metadata.name, namespace).spec.holder_identity == survivor
+
+    # A clean stop (a rolling update) hands the Lease back: a new replica reports within about a
+    # third of the Lease duration, without waiting for it to expire.
+    reps["op-c"] = operators("op-c")
+    wait_for(exported_once, timeout=30, interval=0.5, what="still once with op-c beside the reporter")
+    stopping = reps.pop(survivor)
+    stopping.signal(signal.SIGTERM)
+    assert stopping.wait_exit(30) == 0, stopping.log_tail()
+    t0 = time.monotonic()
+    wait_for(exported_once, timeout=3 * LEASE_SECONDS + 15, interval=0.25,
+             what=f"op-c exporting every runtime's series once {survivor} stopped cleanly")
+    took = time.monotonic() - t0
+    print(f"op-c exports every runtime's series {took:.1f}s after {survivor} stopped cleanly")
+    assert coord.read_namespaced_lease(lease.metadata.name, namespace).spec.holder_identity == "op-c"
