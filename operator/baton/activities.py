@@ -71,6 +71,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     if not controller.started:
         # The ports first: a bind error fails startup before anything acts (kopf retries it).
         metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges))
+        metrics.REGISTRY.register(metrics.QueueCollector(controller.running))
         await server.start(
             metrics_bind=SETTINGS.metrics_bind,
             health_bind=SETTINGS.health_bind,

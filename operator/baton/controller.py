@@ -22,7 +22,7 @@ import time
 from typing import Any, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, metrics, probing, reconcile, sealing, triggers
+from baton import drainprobe, execute, exporter, metrics, probing, reconcile, sealing, triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
@@ -57,17 +57,24 @@ class Controller:
             probes=self.probes, clock=clock, configs=self.configs,
             gateways=sealing.ApiGateways(namespace=settings.system_namespace, clock=clock),
         )
+        # One replica of the installation reports the per-runtime series (baton.exporter).
+        self.exporter = exporter.Exporter(
+            namespace=settings.system_namespace, name=names.metrics_lease_name(settings.namespaces),
+            identity=settings.identity, duration_seconds=settings.lease_seconds, clock=clock)
         held = self.executor.leases.held
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes
         # and hands the Lease back instead of renewing it while new work queues ahead of it.
-        self.queue: queue_mod.WorkQueue[Key] = queue_mod.WorkQueue(first=lambda key: key in held)
+        self.queue: queue_mod.WorkQueue[Key] = queue_mod.WorkQueue(first=lambda key: key in held,
+                                                                   observer=metrics.QueueObserver())
         self.backoff: queue_mod.Backoff[Key] = queue_mod.Backoff()
         self.budget: queue_mod.PassBudget[Key] = queue_mod.PassBudget()
         self.shutting_down = False
         self.started = False
         self.busy = 0
+        metrics.WORKERS_MAX.set(settings.workers)
         self._workers: list[asyncio.Task[None]] = []
         self._resync: asyncio.Task[None] | None = None
+        self._exporting: asyncio.Task[None] | None = None
 
     # --- wiring: view changes enqueue runtimes ---------------------------------------------------
 
@@ -94,6 +101,7 @@ class Controller:
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
+        self._exporting = asyncio.create_task(self.exporter.run(), name="baton metrics lease")
 
     async def _resync_forever(self) -> None:
         """Every resync_seconds, each runtime in view gets a pass within the next period (an
@@ -141,11 +149,10 @@ class Controller:
             except Exception:
                 metrics.PASS_ERRORS.inc()
                 log.exception("pass of %s/%s crashed; again after a back-off", *key)
-                self.queue.add_after(key, self.backoff.when(key))
+                self.queue.add_rate_limited(key, self.backoff.when(key))
             finally:
                 self.busy -= 1
                 metrics.WORKERS_BUSY.set(self.busy)
-                metrics.QUEUE_DEPTH.set(len(self.queue))
                 self.queue.done(key)
 
     async def _turn(self, key: Key) -> None:
@@ -155,10 +162,18 @@ class Controller:
             throttle = self.budget.take(key)
             if throttle > 0:
                 metrics.PASSES_THROTTLED.inc()
-                self.queue.add_after(key, throttle)
+                self.queue.add_rate_limited(key, throttle)
                 return
-            result = await self.reconciler.reconcile(key, wake=lambda: self.wake(ns, name),
-                                                     shutting_down=self.shutting_down)
+            started = time.monotonic()
+            try:
+                result = await self.reconciler.reconcile(key, wake=lambda: self.wake(ns, name),
+                                                         shutting_down=self.shutting_down)
+            except Exception:
+                metrics.PASSES.labels(result=metrics.PassResult.ERROR.value).inc()  # a crash: _work logs it
+                raise
+            finally:
+                metrics.PASS_DURATION.observe(time.monotonic() - started)
+            metrics.PASSES.labels(result=pass_result(result).value).inc()
             if result.gone:
                 self.backoff.forget(key)
                 self.budget.forget(key)
@@ -166,7 +181,7 @@ class Controller:
             if result.moved:
                 self.budget.refund(key)
             if result.failed:
-                self.queue.add_after(key, self.backoff.when(key))
+                self.queue.add_rate_limited(key, self.backoff.when(key))
                 return
             self.backoff.forget(key)
             if result.again_now:
@@ -175,6 +190,10 @@ class Controller:
                 self.queue.add_after(key, result.wait)
             return
         self.queue.add(key)  # still asking to act at once: back of the line, fair to the others
+
+    def running(self) -> list[float]:
+        """Seconds each worker's turn under way has run (baton_queue_unfinished_work_seconds)."""
+        return self.queue.running()
 
     # --- shutdown -------------------------------------------------------------------------------
 
@@ -190,10 +209,11 @@ class Controller:
         while held and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         self.queue.shut_down()
-        tasks = [*self._workers, *([self._resync] if self._resync is not None else [])]
+        tasks = [*self._workers, *(t for t in (self._resync, self._exporting) if t is not None)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.exporter.release()
         await self.probes.close()
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))
@@ -202,7 +222,23 @@ class Controller:
         await self.views.stop()
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
+        """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere."""
+        if not self.exporter.active():
+            return
         for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):
             conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
             yield ns, name, conds, started, budget_sum if started is not None else None
+
+
+def pass_result(result: reconcile.Result) -> metrics.PassResult:
+    """The `result` label of one pass (controller-runtime's: error, requeue, requeue_after, success)."""
+    if result.failed:
+        return metrics.PassResult.ERROR
+    if result.gone:
+        return metrics.PassResult.SUCCESS
+    if result.again_now:
+        return metrics.PassResult.REQUEUE
+    if result.wait is not None:
+        return metrics.PassResult.REQUEUE_AFTER
+    return metrics.PassResult.SUCCESS

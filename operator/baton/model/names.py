@@ -7,6 +7,8 @@ name the API server stores is spelled once.
 
 from __future__ import annotations
 
+import hashlib
+
 GROUP = "baton.dev"
 VERSION = "v1alpha1"
 API_VERSION = "baton.dev/v1alpha1"  # GROUP/VERSION, as objects carry it
@@ -40,6 +42,9 @@ ANN_FORCE_RETIRE = "baton.dev/force-retire"
 LABEL_COMPONENT = "baton.dev/component"
 COMPONENT_GATEWAY = "gateway"
 ANN_GATEWAY_ADMIN = "baton.dev/gateway-admin"
+# The operator replica that exports the per-runtime metrics holds a Lease in the system namespace
+# labelled LABEL_COMPONENT=COMPONENT_METRICS (metrics_lease_name).
+COMPONENT_METRICS = "runtime-metrics"
 # Response headers the gateway adds.
 HEADER_GENERATION = "Baton-Generation"
 HEADER_REASON = "Baton-Reason"
@@ -56,6 +61,14 @@ def pod_name(runtime: str) -> str:
 
 def lease_name(runtime: str) -> str:
     return f"baton-{runtime}"
+
+
+def metrics_lease_name(namespaces: tuple[str, ...] | list[str]) -> str:
+    """The Lease whose holder exports the per-runtime metrics: one per installation, told apart
+    by the namespaces it watches (none: every namespace), so two installations sharing a system
+    namespace each have theirs. The dot keeps it apart from every runtime's Lease."""
+    scope = ",".join(sorted(namespaces)) or "*"
+    return f"baton-runtime-metrics.{hashlib.sha256(scope.encode()).hexdigest()[:10]}"
 
 
 def gateway_lease_name(instance: str) -> str:
