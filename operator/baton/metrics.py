@@ -179,6 +179,23 @@ SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
 )
 
+# Sharding (BATON_SHARD_RANGES; 0 ranges: off, every replica tries every runtime).
+SHARD_RANGES = prometheus_client.Gauge(
+    "baton_shard_ranges", "Ranges the runtimes' hash space is cut into (BATON_SHARD_RANGES; 0: sharding off).",
+    registry=REGISTRY,
+)
+SHARD_RANGES_HELD = prometheus_client.Gauge(
+    "baton_shard_ranges_held", "Ranges this replica holds (its runtimes are the ones it tries).", registry=REGISTRY,
+)
+SHARD_MEMBERS = prometheus_client.Gauge(
+    "baton_shard_members", "Operator replicas this replica sees alive (membership Leases).", registry=REGISTRY,
+)
+SHARD_RANGE_MOVES = prometheus_client.Counter(
+    "baton_shard_range_moves_total",
+    "Ranges this replica took, handed back (over its share, or at shutdown) or lost (a renewal refused).",
+    ["move"], registry=REGISTRY,
+)
+
 # Every label value these counters can take has a series from the start (0 until its first
 # event), so rate() and absent() work before anything happened.
 KNOWN_LABELS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
@@ -186,6 +203,7 @@ KNOWN_LABELS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (TRANSITIONS, "kind", tuple(k.value for k in status_mod.TransitionKind)),
     (CLEANUP_FAILURES, "reason", (status_mod.Reason.DELETE_REJECTED.value, status_mod.Reason.POD_STUCK_TERMINATING.value)),
     (STALE_VERBS, "verb", ("reset", "force-recovery", "force-retire")),
+    (SHARD_RANGE_MOVES, "move", ("taken", "handed_back", "lost")),
 )
 for _series, _label, _values in KNOWN_LABELS:
     for _value in _values:
