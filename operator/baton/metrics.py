@@ -169,10 +169,19 @@ def watch_error_reason(status: int) -> WatchError:
     return WatchError.API_ERROR
 
 
+WATCH_EVENTS = prometheus_client.Counter(
+    "baton_watch_events_total",
+    "Watch events (added, modified, deleted) an informer received, by kind: this replica's share of the watch traffic.",
+    ["kind"], registry=REGISTRY,
+)
+
+
 def init_watch_errors(kind: str) -> None:
-    """Every reason of one watched kind has a series from the start (0 until its first error)."""
+    """Every reason of one watched kind has a series from the start (0 until its first error),
+    and so has its count of watch events."""
     for reason in WatchError:
         WATCH_ERRORS.labels(kind=kind, reason=reason.value)
+    WATCH_EVENTS.labels(kind=kind)
 
 
 SHUTTING_DOWN = prometheus_client.Gauge(
