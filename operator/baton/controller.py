@@ -29,12 +29,15 @@ from baton import settings as settings_mod
 from baton.cache import store, views as views_mod
 from baton.k8s import client
 from baton.model import names
+from baton.sharding import keeper as shard_keeper
 
 log = logging.getLogger("baton.runner")
 
 Key = tuple[str, str]
 # A worker keeps a runtime for at most this many passes in a row before requeueing it.
 MAX_PASSES_PER_TURN = 25
+# A runtime whose range's renewals are late is looked at again after this long.
+RANGE_LAPSE_RETRY_SECONDS = 1.0
 
 
 class Controller:
@@ -68,6 +71,14 @@ class Controller:
                                                                    observer=metrics.QueueObserver())
         self.backoff: queue_mod.Backoff[Key] = queue_mod.Backoff()
         self.budget: queue_mod.PassBudget[Key] = queue_mod.PassBudget()
+        # Sharding (BATON_SHARD_RANGES): this replica tries only the runtimes in the ranges it
+        # holds; each step still takes the runtime's own Lease, so a range move is never unsafe.
+        self.ranges: shard_keeper.RangeKeeper | None = None
+        if settings.shard_ranges:
+            self.ranges = shard_keeper.RangeKeeper(
+                identity=settings.identity, namespace=settings.system_namespace, ranges=settings.shard_ranges,
+                lease_seconds=settings.lease_seconds, clock=clock,
+                on_gained=self._range_gained, on_lost=self._range_lost)
         self.shutting_down = False
         self.started = False
         self.busy = 0
@@ -98,6 +109,8 @@ class Controller:
         # The informers on a pool of their own: with many watched namespaces their long watches
         # would otherwise take every connection the writes need.
         v.start(client.open_watches(informers=v.informer_count()))
+        if self.ranges is not None:
+            self.ranges.start()
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
@@ -109,22 +122,59 @@ class Controller:
         period = float(self.settings.resync_seconds)
         while not self.shutting_down:
             await asyncio.sleep(period)
-            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items())]
+            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items()) if self._mine_runtime(rt)]
             for key, delay in triggers.resync(keys, period=period, draw=random.random):
                 if not self.shutting_down:
                     self.queue.add_after(key, delay)
             metrics.RESYNCS.inc()
 
     def wake(self, namespace: str, name: str) -> None:
-        if not self.shutting_down or (namespace, name) in self.executor.leases.held:
-            self.queue.add((namespace, name))
+        key = (namespace, name)
+        if key in self.executor.leases.held or (not self.shutting_down and self._mine(key)):
+            self.queue.add(key)
+
+    # --- sharding: which runtimes this replica tries ---------------------------------------------
+
+    def _standing(self, key: Key) -> shard_keeper.Standing:
+        """Without sharding, every runtime is MINE; with it, by the range it falls in (a runtime
+        not in view is MINE: its pass finds it gone)."""
+        if self.ranges is None:
+            return shard_keeper.Standing.MINE
+        rt = self.views.runtimes.get(*key)
+        if rt is None:
+            return shard_keeper.Standing.MINE
+        return self.ranges.standing(str((rt.get("metadata") or {}).get("uid") or ""))
+
+    def _mine(self, key: Key) -> bool:
+        """Worth queueing: MINE, or LAPSED (its range may come back; _turn waits for it)."""
+        return self._standing(key) != shard_keeper.Standing.OTHER
+
+    def _mine_runtime(self, rt: dict[str, Any]) -> bool:
+        return self.ranges is None or self.ranges.owns(str((rt.get("metadata") or {}).get("uid") or ""))
+
+    def _in_range(self, index: int) -> list[Key]:
+        assert self.ranges is not None
+        ranges = self.ranges
+        return [store.key_of(rt) for rt in list(self.views.runtimes.items())
+                if ranges.range_of(str((rt.get("metadata") or {}).get("uid") or "")) == index]
+
+    def _range_gained(self, index: int) -> None:
+        for key in self._in_range(index):
+            self.wake(*key)
+
+    def _range_lost(self, index: int) -> None:
+        # Runtimes of the range this replica holds the Lease of: one more turn hands it back.
+        held = self.executor.leases.held
+        for key in self._in_range(index):
+            if key in held:
+                self.queue.add(key)
 
     def _listener(self, trigger: triggers.Trigger) -> store.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
             for key, delay in trigger(old, new):
                 if delay <= 0:
                     self.wake(*key)
-                elif not self.shutting_down:
+                elif not self.shutting_down and self._mine(key):
                     self.queue.add_after(key, delay)
         return listener
 
@@ -159,6 +209,15 @@ class Controller:
         """Passes of one runtime while they ask to act at once; then its wait becomes a wake-up."""
         ns, name = key
         for _ in range(MAX_PASSES_PER_TURN):
+            standing = self._standing(key)
+            holding = key in self.executor.leases.held
+            if standing == shard_keeper.Standing.OTHER and not holding:
+                return  # another replica's runtime: it tries it
+            if standing == shard_keeper.Standing.LAPSED and not holding:
+                # The range's renewals are late: start nothing, look again shortly (the runtime's
+                # own Lease still fences whatever a held transition does meanwhile).
+                self.queue.add_after(key, RANGE_LAPSE_RETRY_SECONDS)
+                return
             throttle = self.budget.take(key)
             if throttle > 0:
                 metrics.PASSES_THROTTLED.inc()
@@ -166,8 +225,11 @@ class Controller:
                 return
             started = time.monotonic()
             try:
-                result = await self.reconciler.reconcile(key, wake=lambda: self.wake(ns, name),
-                                                         shutting_down=self.shutting_down)
+                # Not this replica's any more but its Lease held: like a shutdown, the transition
+                # is persisted and its Lease handed back, nothing new is started.
+                result = await self.reconciler.reconcile(
+                    key, wake=lambda: self.wake(ns, name),
+                    shutting_down=self.shutting_down or standing == shard_keeper.Standing.OTHER)
             except Exception:
                 metrics.PASSES.labels(result=metrics.PassResult.ERROR.value).inc()  # a crash: _work logs it
                 raise
@@ -203,6 +265,10 @@ class Controller:
         held = self.executor.leases.held
         self.shutting_down = True
         metrics.SHUTTING_DOWN.set(1)
+        if self.ranges is not None:
+            # Ranges first: the others take them over while this replica's held runtimes finish
+            # their turn (they then wait only for each runtime's own Lease, handed back below).
+            await self.ranges.stop()
         for key in list(held):
             self.queue.add(key)
         deadline = time.monotonic() + self.settings.shutdown_grace_seconds

@@ -258,14 +258,40 @@ def watch_error_reason(status: int) -> WatchError:
     return WatchError.API_ERROR
 
 
+WATCH_EVENTS = prometheus_client.Counter(
+    "baton_watch_events_total",
+    "Watch events (added, modified, deleted) an informer received, by kind: this replica's share of the watch traffic.",
+    ["kind"], registry=REGISTRY,
+)
+
+
 def init_watch_errors(kind: str) -> None:
-    """Every reason of one watched kind has a series from the start (0 until its first error)."""
+    """Every reason of one watched kind has a series from the start (0 until its first error),
+    and so has its count of watch events."""
     for reason in WatchError:
         WATCH_ERRORS.labels(kind=kind, reason=reason.value)
+    WATCH_EVENTS.labels(kind=kind)
 
 
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
+)
+
+# Sharding (BATON_SHARD_RANGES; 0 ranges: off, every replica tries every runtime).
+SHARD_RANGES = prometheus_client.Gauge(
+    "baton_shard_ranges", "Ranges the runtimes' hash space is cut into (BATON_SHARD_RANGES; 0: sharding off).",
+    registry=REGISTRY,
+)
+SHARD_RANGES_HELD = prometheus_client.Gauge(
+    "baton_shard_ranges_held", "Ranges this replica holds (its runtimes are the ones it tries).", registry=REGISTRY,
+)
+SHARD_MEMBERS = prometheus_client.Gauge(
+    "baton_shard_members", "Operator replicas this replica sees alive (membership Leases).", registry=REGISTRY,
+)
+SHARD_RANGE_MOVES = prometheus_client.Counter(
+    "baton_shard_range_moves_total",
+    "Ranges this replica took, handed back (over its share, or at shutdown) or lost (a renewal refused).",
+    ["move"], registry=REGISTRY,
 )
 
 # Every label value these counters can take has a series from the start (0 until its first
@@ -275,6 +301,7 @@ KNOWN_LABELS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (TRANSITIONS, "kind", tuple(k.value for k in status_mod.TransitionKind)),
     (CLEANUP_FAILURES, "reason", (status_mod.Reason.DELETE_REJECTED.value, status_mod.Reason.POD_STUCK_TERMINATING.value)),
     (STALE_VERBS, "verb", ("reset", "force-recovery", "force-retire")),
+    (SHARD_RANGE_MOVES, "move", ("taken", "handed_back", "lost")),
 )
 for _series, _label, _values in KNOWN_LABELS:
     for _value in _values:

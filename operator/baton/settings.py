@@ -67,6 +67,9 @@ class Settings:
     # The file holding the installation's digest key (the chart mounts its Secret there): every
     # digest of referenced ConfigMap/Secret data is an HMAC under it. Required at startup.
     digest_key_file: str = ""
+    # Sharding: the runtimes' hash space cut into this many ranges, held by the replicas through
+    # Leases in system_namespace (baton.sharding). 0: off, every replica tries every runtime.
+    shard_ranges: int = 0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -97,6 +100,7 @@ class Settings:
             resync_seconds=_bounded(e, "BATON_RESYNC_SECONDS", 300, 5, 86400),
             system_namespace=e.get("BATON_SYSTEM_NAMESPACE", "").strip() or "default",
             digest_key_file=e.get("BATON_DIGEST_KEY_FILE", "").strip(),
+            shard_ranges=_bounded(e, "BATON_SHARD_RANGES", 0, 0, 1024),
         )
 
 

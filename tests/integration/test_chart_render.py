@@ -295,6 +295,11 @@ def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
         assert {g for g in grants if g[1] == "secrets"} == {("", "secrets", v) for v in ("get", "list", "watch")}
         assert bindings[ns]["roleRef"]["name"] == role["metadata"]["name"]
         assert bindings[ns]["subjects"][0]["namespace"] == "baton-system"
+    # Sharding on: the membership and range Leases are written there too (baton.k8s.shardleases.RBAC).
+    sharded = render(files=[CHART / "ci" / "namespaced-values.yaml"], values={"operator.shardRanges": "16"})
+    [sys_role] = [o for o in by_kind(sharded, "Role") if o["metadata"]["name"].endswith("-gateways")]
+    assert _grants(sys_role["rules"]) == {(g, r, v) for module in ("baton.k8s.gateways", "baton.k8s.metricslease", "baton.k8s.shardleases")
+                                          for g, r, verbs in importlib.import_module(module).RBAC for v in verbs}
     never = render(files=[CHART / "ci" / "namespaced-values.yaml"], values={"rbac.readSecrets": "never"})
     assert not [g for g in _grants(_rules(never, "Role")) if g[1] == "secrets"]
 
@@ -306,7 +311,7 @@ HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "P
               "DELETE": {"delete"}}
 RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
                 "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.k8s.gateways",
-                "baton.k8s.metricslease", "baton.cache.views"]
+                "baton.k8s.metricslease", "baton.k8s.shardleases", "baton.cache.views"]
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:
