@@ -3,6 +3,7 @@ documents written here, and the committed CRD's generated block (its drift from 
 pinned kube-apiserver serves: tests/integration/test_crd_podtemplate.py)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +161,11 @@ def test_the_committed_template_spec_is_the_whole_pod_spec() -> None:
     assert {"restartPolicy", "volumes", "initContainers", "tolerations"} <= set(spec["properties"])
     assert container["properties"]["ports"]["items"]["properties"]["containerPort"]["type"] == "integer"
     assert "default" not in _keys(spec) and "$ref" not in _keys(spec)
+
+
+def test_the_crd_fits_client_side_apply() -> None:
+    """`kubectl apply -f crds/` (README) keeps the whole object as compact JSON in an annotation,
+    and all annotations of an object share 256 KiB: the descriptions are cut to stay well under."""
+    crd = yaml.safe_load((REPO / "crds" / "baton.dev_toolruntimes.yaml").read_text())
+    size = len(json.dumps(crd, separators=(",", ":")))
+    assert size < 200_000, size
