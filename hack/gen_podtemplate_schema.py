@@ -7,7 +7,8 @@ reaches every field and kubectl's strict field validation refuses a typo
 
 The input is the OpenAPI v3 document of the core group (`/openapi/v3/api/v1`). By default it is
 read offline from the Go module cache that `make tools` fills when it builds kube-apiserver:
-$GOMODCACHE/k8s.io/kubernetes@<KUBERNETES_VERSION>/api/openapi-spec/v3/api__v1_openapi.json.
+$GOMODCACHE/k8s.io/kubernetes@<KUBERNETES_VERSION>/api/openapi-spec/v3/api__v1_openapi.json
+(not there: `go mod download` of that module, when Go is installed).
 `--openapi FILE` (or `-` for stdin) reads another, e.g. from a running plane:
 `kubectl get --raw /openapi/v3/api/v1 | python3 hack/gen_podtemplate_schema.py --openapi -`.
 
@@ -35,6 +36,8 @@ import argparse
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -70,9 +73,21 @@ def kubernetes_version() -> str:
     raise SystemExit(f"{VERSIONS}: no KUBERNETES_VERSION")
 
 
+_SPEC_IN_MODULE = Path("api") / "openapi-spec" / "v3" / "api__v1_openapi.json"
+
+
 def default_openapi_path(version: str) -> Path:
+    """The spec in the Go module cache; when it is not there yet and Go is installed, `go mod
+    download` fetches the module (as hack/build-tools.sh does)."""
     modcache = os.environ.get("GOMODCACHE") or str(Path(os.environ.get("GOPATH") or Path.home() / "go") / "pkg" / "mod")
-    return Path(modcache) / "k8s.io" / f"kubernetes@{version}" / "api" / "openapi-spec" / "v3" / "api__v1_openapi.json"
+    guessed = Path(modcache) / "k8s.io" / f"kubernetes@{version}" / _SPEC_IN_MODULE
+    if guessed.exists() or shutil.which("go") is None:
+        return guessed
+    proc = subprocess.run(["go", "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT / "hack")
+    if proc.returncode != 0:
+        return guessed
+    return Path(json.loads(proc.stdout)["Dir"]) / _SPEC_IN_MODULE
 
 
 _ABBREVIATION = re.compile(r"(\b(e\.g|i\.e|etc|vs|approx|ex)\.|\b[A-Z]\.)$")
