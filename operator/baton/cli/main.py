@@ -169,8 +169,8 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         print(f"error: {exc}", file=io.stderr)
     except cluster.ApiException as exc:
         print(f"error: {cluster.explain_api_error(exc)}", file=io.stderr)
-    except (cluster.HTTPError, OSError) as exc:
-        print(f"error: cannot reach the API server {server}: {cluster.unreachable_reason(exc)}", file=io.stderr)
+    except cluster.Unreachable as exc:
+        print(f"error: cannot reach the API server {server}: {exc}", file=io.stderr)
     except KeyboardInterrupt:
         # Ctrl-C (at the confirmation, or a slow server): nothing more was sent.
         print("\nerror: interrupted", file=io.stderr)
