@@ -396,3 +396,15 @@ def test_zsh_completion_runs_the_same_function_through_bashcompinit() -> None:
     assert "autoload -U +X bashcompinit && bashcompinit\n_kubectl_baton() {" in zsh.getvalue()
     assert zsh.getvalue().split("_kubectl_baton() {", 1)[1] == bash.getvalue().split("_kubectl_baton() {", 1)[1]
     assert zsh.getvalue().rstrip().endswith("complete -F _kubectl_baton kubectl-baton")
+
+
+def test_a_reader_gone_is_no_traceback() -> None:
+    """`kubectl baton version | head -0`: the pipe's reader is gone before the plugin writes."""
+    script = Path(sys.executable).parent / "kubectl-baton"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        res = subprocess.run([str(script), "version"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert (res.returncode, res.stderr) == (1, "")
