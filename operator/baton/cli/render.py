@@ -105,8 +105,23 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
             left = f" ({secs:.0f}s left)" if secs >= 0 else f" ({-secs:.0f}s past)"
         lines.append(f"  transition: {t.get('kind')} g{t.get('from') or '-'} -> g{t.get('to') or '-'} "
                      f"({t.get('trigger')}), step {t.get('step')}, deadline {deadline or '-'}{left}")
+        if t.get("message"):
+            lines.append(f"    message: {t['message']}")
+        if t.get("drainNote"):
+            # What the drain did not do (calls still in flight at the gateway when drainSeconds ran
+            # out, or nothing counted them), as the operator recorded it for the history entry.
+            lines.append(f"    drain: {t['drainNote']}")
     else:
         lines.append("  transition: none")
+    spec = rt.get("spec") or {}
+    if (spec.get("service") or {}).get("gateway"):
+        admission = (spec.get("budgets") or {}).get("admissionSeconds", 30)
+        lines.append(f"  gateway: on: during a transition new calls are held, each at most {admission}s "
+                     "(budgets.admissionSeconds), and the retiring generation drains its calls in flight")
+    history = status.get("history") or []
+    if history and history[-1].get("message"):
+        last = history[-1]
+        lines.append(f"  last retired: generation {last.get('generation')} ({last.get('outcome')}): {last['message']}")
     failure = status.get("lastCleanupFailure")
     if failure:
         lines.append(f"  last cleanup failure: generation {failure['generation']} pod {failure.get('pod')} "
