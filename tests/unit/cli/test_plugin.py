@@ -408,3 +408,74 @@ def test_a_reader_gone_is_no_traceback() -> None:
     finally:
         os.close(write)
     assert (res.returncode, res.stderr) == (1, "")
+
+
+class _ConnectProxy:
+    """An HTTP CONNECT proxy on 127.0.0.1 for one tunnel, keeping the CONNECT line it was sent."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.port = int(self.sock.getsockname()[1])
+        self.connects: list[str] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(30)
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            line = data.split(b"\r\n")[0].decode()
+            self.connects.append(line)
+            host, port = line.split()[1].rsplit(":", 1)
+            assert host == "127.0.0.1", host  # only loopback is ever dialled
+            with socket.create_connection((host, int(port)), timeout=30) as upstream:
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                upstream.settimeout(30)
+
+                def pump(src: socket.socket, dst: socket.socket) -> None:
+                    try:
+                        while chunk := src.recv(65536):
+                            dst.sendall(chunk)
+                    except OSError:
+                        pass
+                    try:
+                        dst.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                back = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
+                back.start()
+                pump(conn, upstream)
+                back.join(timeout=30)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(timeout=35)
+
+
+def test_proxy_url_tunnels_to_the_server(tmp_path: Path) -> None:
+    server, proxy = _Recorder(answer=True), _ConnectProxy()
+    try:
+        kc = tmp_path / "kc"
+        doc = yaml.safe_load(_kubeconfig(kc, f"http://127.0.0.1:{server.port}").read_text())
+        doc["clusters"][0]["cluster"]["proxy-url"] = f"http://127.0.0.1:{proxy.port}"
+        kc.write_text(yaml.safe_dump(doc))
+        code, out, err = _run(["list", "--kubeconfig", str(kc)])
+    finally:
+        server.close()
+        proxy.close()
+    assert (code, out, err) == (0, "", "No resources found in agents namespace.\n")
+    assert [c.rsplit(" ", 1)[0] for c in proxy.connects] == [f"CONNECT 127.0.0.1:{server.port}"]  # http.client: HTTP/1.0
+    [headers] = server.requests
+    assert "authorization: bearer t" in [h.lower() for h in headers]
