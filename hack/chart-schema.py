@@ -189,6 +189,7 @@ schema: dict[str, Any] = {
         "workers": i(minimum=1, maximum=256),
         "probeConcurrency": i(minimum=1, maximum=1024),
         "resyncSeconds": i(minimum=5, maximum=86400),
+        "shardRanges": i(minimum=0, maximum=1024),
         "probeAllowedCidrs": {"type": "array", "minItems": 1,
                               "items": {"type": "string", "pattern": r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"}},
         "extraEnv": {"type": "array", "items": envvar},
