@@ -66,10 +66,12 @@ def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
 
 
 def new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
-    """A Warning event (and a count) when a condition newly reports a conflict: said once."""
+    """A Warning event (and a count) when a condition newly reports a conflict or a cause that
+    blocks the start: said once, when it appears or its message changes, never once per pass."""
     actions: list[p.Action] = []
     for kind, reason in ((st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT), (st.ConditionType.READY, st.Reason.MULTIPLE_PODS),
-                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR)):
+                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR),
+                         (st.ConditionType.DEGRADED, st.Reason.CONFIG_REF_MISSING)):
         before, after = old.condition(kind), new.condition(kind)
         if after is not None and after.reason == reason.value and (
             before is None or before.reason != reason.value or before.message != after.message
