@@ -61,7 +61,7 @@ def idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
         # ServiceError must still be said.
         return lease.with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *warnings, *service_actions), 0,
                                                   "steady status"))
-    claim_phases = steady.claim_phases(o)
+    claim_phases = steady.claim_phases(o, now)
     if claim_phases and not o.shutting_down:
         # Said once: the claims' own watch events wake the runtime again; a write that failed is
         # retried on the next wake-up, never in a loop. The Lease goes back at once.
