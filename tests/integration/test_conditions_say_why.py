@@ -98,6 +98,31 @@ def test_a_held_cleanup_failure_holds_progressing_false_until_recovered(
             rts.core.patch_namespaced_pod(pod, rts.ns, {"metadata": {"finalizers": None}})
 
 
+def test_a_connect_timeout_loop_says_why_in_ready_and_holds_progressing_false_between_attempts(
+        operators: Start, rts: Runtimes) -> None:
+    """A pod that never becomes Ready: between attempts (the back-off) Progressing=False and Ready
+    carry ConnectTimeout with Degraded's message; an attempt under way is Progressing=True."""
+    operators("op-a")  # back-off base 2 s in tests: 2, 4, 8 ...
+    rts.create(runtime_manifest("noready", budgets={"connectSeconds": 2},
+                                pod_annotations={"baton.dev/test-never-ready": "true"}))
+
+    def backing_off() -> dict[str, Any] | None:
+        st = rts.status("noready")
+        conds = {c["type"]: c for c in st.get("conditions") or []}
+        prog = conds.get("Progressing", {})
+        if st.get("transition") or (prog.get("status"), prog.get("reason")) != ("False", "ConnectTimeout"):
+            return None
+        return conds
+
+    conds = wait_for(backing_off, timeout=60, interval=0.2, what="Progressing=False ConnectTimeout between attempts")
+    ready, degraded = conds["Ready"], conds["Degraded"]
+    assert (ready["status"], ready["reason"]) == ("False", "ConnectTimeout"), ready
+    assert ready["message"].startswith(degraded["message"]) and "next try at" in ready["message"], (ready, degraded)
+    assert "not Ready within connectSeconds=2" in ready["message"]
+    wait_for(lambda: (rts.condition("noready", "Progressing") or {}).get("status") == "True", timeout=60, interval=0.2,
+             what="Progressing=True as the next attempt moves")
+
+
 def test_claim_bound_condition_and_printer_column(operators: Start, rts: Runtimes) -> None:
     claims = client.CustomObjectsApi(rts.core.api_client)
     operators("op-a")
