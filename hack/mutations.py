@@ -151,8 +151,8 @@ MUTATIONS = [
     Mutation(
         "end-creating-unread", "a Creating transition ends (suspended) without reading the pod name first",
         "operator/baton/lifecycle/create.py",
-        (("        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status)), 0, \"nothing to create\")\n",
-          "        return p.Plan((p.WriteStatus(status),), 0, \"nothing to create\")\n"),),
+        (("        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status), *steady.new_warnings(o.status, status)), 0,\n",
+          "        return p.Plan((p.WriteStatus(status), *steady.new_warnings(o.status, status)), 0,\n"),),
     ),
     Mutation(
         "keep-gone-pod-in-view", "a stop-admission patch answered 'UID gone' leaves the pod in a view that is behind",

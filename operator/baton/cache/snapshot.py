@@ -143,9 +143,17 @@ def claim_info(obj: dict[str, Any]) -> claims_model.Claim | None:
             "name": meta["name"], "uid": meta.get("uid") or "", "runtime": (spec.get("runtimeRef") or {}).get("name") or "",
             "generation": spec.get("generation"), "fork": spec.get("fork"), "branch": spec.get("branch"),
             "state": spec.get("state"), "references": tuple(spec.get("references") or ()),
-            "phase": (obj.get("status") or {}).get("phase")})
+            "phase": (obj.get("status") or {}).get("phase"), "bound": _claim_bound(obj)})
     except (KeyError, TypeError, pydantic.ValidationError):
         return None
+
+
+def _claim_bound(obj: dict[str, Any]) -> str | None:
+    """The status of the claim's Bound condition, if it has one."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == claims_model.BOUND_CONDITION:
+            return str(c.get("status"))
+    return None
 
 
 def _error_text(exc: pydantic.ValidationError) -> str:

@@ -6,6 +6,7 @@ Plain frozen dataclasses; the executor (``baton.execute``) is the only thing tha
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 from typing import Any, Union
 
@@ -146,12 +147,14 @@ class ForceDeletePod:
 
 @dataclasses.dataclass(frozen=True)
 class SetClaimPhase:
-    """Write a ToolRuntimeClaim's status.phase (Bound, or Stale once its generation is gone)."""
+    """Write a ToolRuntimeClaim's status.phase (Bound, or Stale once its generation is gone) and
+    its Bound condition, which says the same (`at`: its lastTransitionTime, as decided)."""
 
     name: str
     uid: str
     phase: str
     message: str
+    at: datetime.datetime | None = None
 
 
 Action = Union[

@@ -43,9 +43,10 @@ def multiple_pods_message(o: obs.Observed, claimants: list[obs.PodInfo]) -> str:
             "until only one pod of the runtime remains")
 
 
-def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
+def claim_phases(o: obs.Observed, now: datetime.datetime) -> tuple[p.Action, ...]:
     """Bound while the claimed generation exists; Stale once it is gone (it then pins nothing).
-    Written only between transitions, each claim once per change."""
+    Written only between transitions, each claim once per change (of its phase, or of its Bound
+    condition: a claim an earlier version marked has none yet)."""
     current = o.status.current
     live = {pod.generation for pod in o.owned_pods() if pod.generation is not None}
     if current is not None:
@@ -60,16 +61,18 @@ def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
                 f"generation {c.generation} of {o.name} is gone" + (f" (now {current.generation})" if current else ""))
         else:
             continue  # a generation not started yet: nothing to say
-        if c.phase != want.value and c.uid:
-            actions.append(p.SetClaimPhase(c.name, c.uid, want.value, msg))
+        if (c.phase != want.value or c.bound != claims_model.bound_status(want)) and c.uid:
+            actions.append(p.SetClaimPhase(c.name, c.uid, want.value, msg, at=now))
     return tuple(actions)
 
 
 def new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
-    """A Warning event (and a count) when a condition newly reports a conflict: said once."""
+    """A Warning event (and a count) when a condition newly reports a conflict or a cause that
+    blocks the start: said once, when it appears or its message changes, never once per pass."""
     actions: list[p.Action] = []
     for kind, reason in ((st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT), (st.ConditionType.READY, st.Reason.MULTIPLE_PODS),
-                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR)):
+                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR),
+                         (st.ConditionType.DEGRADED, st.Reason.CONFIG_REF_MISSING)):
         before, after = old.condition(kind), new.condition(kind)
         if after is not None and after.reason == reason.value and (
             before is None or before.reason != reason.value or before.message != after.message
