@@ -77,6 +77,9 @@ NEVER_READY = "baton.dev/test-never-ready"
 LOOP_PLACEMENT = {"nodeSelector": {"baton.dev/loopback": "true"},
                   "tolerations": [{"key": "baton.dev/loopback", "operator": "Exists", "effect": "NoSchedule"}]}
 GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
+# The harness's GatewayProcess sets a 6 s registration Lease for its tests; the bench runs the
+# default (15 s: a renewal may take up to 13 s before the replica stops forwarding).
+GATEWAY_DEFAULTS = {"BATON_GATEWAY_LEASE_SECONDS": "15"}
 
 
 def rpc(rid: Any) -> bytes:
@@ -484,12 +487,14 @@ def run(args: argparse.Namespace) -> int:
         for ns in (NS, NS_RSS):
             core.create_namespace({"metadata": {"name": ns}})
             wait_for(lambda: bool(core.list_namespaced_service_account(ns).items), timeout=60, what=f"{ns} default SA")
+        # Production defaults where the harness sets short test values (Leases of 15 s, back-off 5 s).
         op = OperatorProcess(plane, work, identity="bench-op", namespaces=[NS],
-                             env={"BATON_SYSTEM_NAMESPACE": NS, "BATON_LOG_LEVEL": "WARNING"})
+                             env={"BATON_SYSTEM_NAMESPACE": NS, "BATON_LOG_LEVEL": "WARNING",
+                                  "BATON_LEASE_SECONDS": "15", "BATON_BACKOFF_BASE_SECONDS": "5"})
         children.append(op)
         op.start()
         gw = GatewayProcess(plane, work, identity="bench-gw", namespaces=[NS], system_namespace=NS,
-                            env={"BATON_LOG_LEVEL": args.gateway_log_level})
+                            env={"BATON_LOG_LEVEL": args.gateway_log_level, **GATEWAY_DEFAULTS})
         children.append(gw)
         gw.start()
 
@@ -686,7 +691,7 @@ def run(args: argparse.Namespace) -> int:
             # The same load straight to the tool: what the client and the tool reach without the gateway.
             tput["direct"] = load(fast_ip, fast_port, f"fast.{NS}")
             gwt = GatewayProcess(plane, work, identity="bench-gw-tput", namespaces=[NS], system_namespace=NS,
-                                 env={"BATON_LOG_LEVEL": "WARNING"})
+                                 env={"BATON_LOG_LEVEL": "WARNING", **GATEWAY_DEFAULTS})
             children.append(gwt)
             gwt.start()
             tput["pinned"] = pin(gwt.proc.pid, 1) if gwt.proc else False
@@ -748,7 +753,7 @@ def run(args: argparse.Namespace) -> int:
             rss["create_seconds"] = time.monotonic() - t0
             rss["status_errors"] = status_errors
             gwr = GatewayProcess(plane, work, identity="bench-gw-rss", namespaces=[NS, NS_RSS], system_namespace=NS,
-                                 env={"BATON_LOG_LEVEL": "WARNING"})
+                                 env={"BATON_LOG_LEVEL": "WARNING", **GATEWAY_DEFAULTS})
             children.append(gwr)
             gwr.start(timeout=300)
             wait_for(lambda: metric(gwr.metrics_port, "baton_cache_objects", kind="ToolRuntime") >= n
