@@ -24,7 +24,12 @@ from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
-RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("coordination.k8s.io", "leases", ("list",)),)
+# In the system namespace: the replicas' Leases (listed here), and the gateway's pods, whose
+# watch-fed view (baton.cache.views) gives the EndpointSlice of each runtime routed through it.
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coordination.k8s.io", "leases", ("list",)),
+    ("", "pods", ("list", "watch")),
+)
 
 # One admin call's total deadline (connect, send, read). Short: the pass waits for it.
 ADMIN_TIMEOUT_SECONDS = 2.0

@@ -40,6 +40,16 @@ ANN_FORCE_RETIRE = "baton.dev/force-retire"
 LABEL_COMPONENT = "baton.dev/component"
 COMPONENT_GATEWAY = "gateway"
 ANN_GATEWAY_ADMIN = "baton.dev/gateway-admin"
+# The gateway's pods (the chart labels them LABEL_COMPONENT=COMPONENT_GATEWAY in the system
+# namespace): with spec.service.gateway the runtime's Service has no selector and Baton keeps one
+# EndpointSlice for it listing the Ready gateway pods at their container port of this name.
+GATEWAY_PORT_NAME = "calls"
+# Well-known EndpointSlice labels (discovery.k8s.io): the Service a slice belongs to, and who
+# manages it (the EndpointSlice controller leaves slices of other managers alone).
+LABEL_SERVICE_NAME = "kubernetes.io/service-name"
+LABEL_SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+SLICE_MANAGER = "operator.baton.dev"  # a label value: no slash
+SLICE_CONTROLLER = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's own
 # Response headers the gateway adds.
 HEADER_GENERATION = "Baton-Generation"
 HEADER_REASON = "Baton-Reason"
@@ -56,6 +66,12 @@ def pod_name(runtime: str) -> str:
 
 def lease_name(runtime: str) -> str:
     return f"baton-{runtime}"
+
+
+def gateway_slice_name(runtime: str) -> str:
+    """The EndpointSlice Baton keeps for a runtime routed through the gateway. The dot keeps it
+    apart from the EndpointSlice controller's names (<service>-<random>)."""
+    return f"{runtime}.baton-gateway"
 
 
 def gateway_lease_name(instance: str) -> str:
