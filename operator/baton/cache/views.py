@@ -125,16 +125,10 @@ class Views:
         self._tasks.append(asyncio.create_task(gw.run(), name=f"watch gateway pods {self.system_namespace}"))
 
     async def wait_synced(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await informer_mod.wait_synced(self.informers, timeout)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await informer_mod.stop(self._tasks)
 
     def apply(self, obj: dict[str, Any] | None, kind: str = "") -> None:
         """Apply what a write returned to the views (read-your-writes)."""
