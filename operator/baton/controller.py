@@ -51,11 +51,12 @@ class Controller:
         self.probes = probing.Probes(
             prober=drainprobe.Prober(allowed=settings.probe_allowed), concurrency=settings.probe_concurrency,
             clock=clock, wake=lambda key: self.wake(*key))
+        self.gateways = sealing.ApiGateways(namespace=settings.system_namespace, clock=clock)
         self.reconciler = reconcile.Reconciler(
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
             probes=self.probes, clock=clock, configs=self.configs,
-            gateways=sealing.ApiGateways(namespace=settings.system_namespace, clock=clock),
+            gateways=self.gateways,
         )
         held = self.executor.leases.held
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes
@@ -202,6 +203,7 @@ class Controller:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.probes.close()
+        await self.gateways.close()
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))
         await self.executor.leases.release_all()
