@@ -205,6 +205,10 @@ def test_namespaced_install_least_privilege_and_operator_on_its_token(
         rows += [("list", "toolruntimes.baton.dev", other, False), ("create", "pods", other, False),
                  ("get", "secrets", other, False), ("list", "secrets", other, False),
                  ("create", "leases.coordination.k8s.io", other, False)]
+    # The gateway's pods in the release namespace: watched (their Ready ones are the endpoints of
+    # runtimes routed through the gateway), never read by name or written.
+    rows += [("list", "pods", "release ns", True), ("watch", "pods", "release ns", True),
+             ("get", "pods", "release ns", False), ("create", "endpointslices.discovery.k8s.io", "release ns", False)]
     rows += [(v, r, "cluster", False) for v, r in CLUSTER_DENIED]
     table = check_matrix(cluster, user, rows, where, "namespaced scope (watch.namespaces=[watched ns])")
     listing = cluster.kubectl("auth", "can-i", "--list", "--as", user, "-n", namespace).stdout
