@@ -10,6 +10,7 @@ from baton.lifecycle import conditions
 from baton.lifecycle import create
 from baton.lifecycle import pin_gate
 from baton.lifecycle import plan as p
+from baton.lifecycle import steady
 from baton.lifecycle import transitions
 from baton.model import observed as obs
 from baton.model import status as st
@@ -88,7 +89,7 @@ def stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime
                 why = f"gateway replicas did not confirm the seal ({_replicas(o)})"
                 return _terminate(o, t, now, old, drain_incomplete=True, message=why, drain_note=_note(why),
                                   extra=_drain_incomplete(o, t, why))
-            return p.Plan((), min(GATEWAY_POLL_SECONDS, transitions.remaining(t.deadline, now)),
+            return p.Plan(steady.unreachable_replicas_out(o), min(GATEWAY_POLL_SECONDS, transitions.remaining(t.deadline, now)),
                           "waiting for the gateway replicas to confirm the seal")
         # Sealed: Draining counts the calls still in flight, probe or not.
         return transitions.advance(o, t, now, st.Step.DRAINING, deadline=t.deadline)
@@ -136,7 +137,8 @@ def draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
     period = float(probe.period_seconds) if probe is not None and not probe_idle else GATEWAY_POLL_SECONDS
     if gateway:
         period = min(period, GATEWAY_POLL_SECONDS)
-    return p.Plan((), min(period, transitions.remaining(t.deadline, now)), "draining")
+    return p.Plan(steady.unreachable_replicas_out(o) if gateway else (), min(period, transitions.remaining(t.deadline, now)),
+                  "draining")
 
 
 def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo, *,

@@ -183,6 +183,29 @@ def routed_to_gateway(o: obs.Observed) -> bool:
             and mf.gateway_endpoints(o.gateway_endpoints)[1] is not None)
 
 
+def _our_slices(o: obs.Observed) -> list[obs.SliceInfo]:
+    return [s for s in o.slices if s.name == names.gateway_slice_name(o.name) and s.owned and s.manager == names.SLICE_MANAGER]
+
+
+def unreachable_replicas_out(o: obs.Observed) -> tuple[p.Action, ...]:
+    """While a retire waits for the gateway replicas (the seal, then the in-flight count), the
+    ones that did not answer (`gateway_unconfirmed`, their Leases baton-gateway.<pod name>) are
+    taken out of the runtime's EndpointSlice, so new clients of the Service stop reaching a
+    replica that is paused or cut off. The step still waits for them within its budget: a
+    replica out of the slice may still forward calls on connections it holds. Written only when
+    the slice changes; never emptied; put back by the steady Service once the transition ends."""
+    if not o.gateway_unconfirmed or not routed_to_gateway(o) or (o.service.exists and not o.service.owned):
+        return ()
+    ours = _our_slices(o)
+    gone = set(o.gateway_unconfirmed)
+    kept = tuple(e for e in o.gateway_endpoints if names.gateway_lease_name(e.pod) not in gone)
+    if not ours or not kept or len(kept) == len(o.gateway_endpoints) or o.spec.service is None:
+        return ()
+    want = mf.build_gateway_slice(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid,
+                                  service=o.spec.service, endpoints=kept)
+    return () if ours[0].shape == mf.slice_shape(want) else (p.EnsureGatewaySlice(want, ours[0].uid),)
+
+
 def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
     """Ensure or delete the runtime's Service (and, routed to the gateway, its EndpointSlice) as
     spec.service says; never touch a foreign one. Order keeps the Service reachable: turning the
@@ -190,7 +213,7 @@ def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
     before the slice goes."""
     if o.service.exists and not o.service.owned:
         return ()  # someone else's Service with this name: never patched or deleted
-    ours = [s for s in o.slices if s.name == names.gateway_slice_name(o.name) and s.owned and s.manager == names.SLICE_MANAGER]
+    ours = _our_slices(o)
     drop_ours = tuple(p.DeleteEndpointSlice(s.name, s.uid) for s in ours)
     if o.spec.service is None:
         return ((p.DeleteService(),) if o.service.exists else ()) + drop_ours

@@ -180,3 +180,38 @@ def test_deleting_runtime_removes_its_slice() -> None:
     plan = deletion.finalizing(o, t, b.NOW)
     assert kinds(plan.actions) == ["ConfirmNoPod", "DeleteService", f"DeleteEndpointSlice({SLICE}, slice-uid)",
                                    "DeleteLease", "RemoveFinalizer"]
+
+
+def _retiring(step: Any, **extra: Any) -> obs.Observed:
+    from .shapes import OLD_QUIET, retiring
+    return b.observed(status_=retiring(step, deadline=20.0), pods=(OLD_QUIET,), spec_=b.spec(service=True, gateway=True),
+                      desired_hash=b.HASH2, service=svc(selector=False, target=8000), gateway_endpoints_known=True, **extra)
+
+
+@pytest.mark.parametrize("step,extra,expected", [
+    # The seal waits for replica gw-2 (its Lease baton-gateway.gw-2): it leaves the slice meanwhile.
+    ("StoppingAdmission", {"gateway_sealed": False, "gateway_unconfirmed": (names.gateway_lease_name("gw-2"),)},
+     ["EnsureGatewaySlice(['10.0.0.1'], ports=[8000], uid=slice-uid)"]),
+    ("Draining", {"gateway_sealed": True, "gateway_inflight": None,
+                  "gateway_unconfirmed": (names.gateway_lease_name("gw-2"),)},
+     ["EnsureGatewaySlice(['10.0.0.1'], ports=[8000], uid=slice-uid)"]),
+    # Already out: nothing written again.
+    ("StoppingAdmission", {"gateway_sealed": False, "gateway_unconfirmed": (names.gateway_lease_name("gw-2"),),
+                           "slices": "one"}, []),
+    # Every replica unanswered: the slice is never emptied.
+    ("StoppingAdmission", {"gateway_sealed": False,
+                           "gateway_unconfirmed": (names.gateway_lease_name("gw-1"), names.gateway_lease_name("gw-2"))}, []),
+    # A replica that is not one of the slice's pods (a process without a pod): nothing to take out.
+    ("StoppingAdmission", {"gateway_sealed": False, "gateway_unconfirmed": ("baton-gateway.elsewhere",)}, []),
+    # Everyone answered: nothing.
+    ("StoppingAdmission", {"gateway_sealed": False, "gateway_unconfirmed": ()}, []),
+])
+def test_a_replica_that_does_not_answer_leaves_the_slice_while_the_retire_waits(step: str, extra: dict[str, Any],
+                                                                                 expected: list[str]) -> None:
+    from baton.model import status as st
+    slices = (ours(ONE),) if extra.pop("slices", None) == "one" else (ours(TWO),)
+    o = _retiring(st.Step(step), gateway_endpoints=TWO, slices=slices, **extra)
+    plan = dispatch.decide(o, b.NOW)
+    assert kinds(tuple(a for a in plan.actions if isinstance(a, p.EnsureGatewaySlice))) == expected
+    # It still waits: the step does not complete on a replica being out of the slice.
+    assert not plan.find(p.DeletePod) and not plan.find(p.WriteStatus), plan.kinds()
