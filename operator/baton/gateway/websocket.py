@@ -33,7 +33,8 @@ async def relay(proxy: Any, request: web.Request, d: route.Forward, *, target: r
         return None
     except aiohttp.ClientError as exc:
         gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
-        return proxy._upstream_failed(request, target, d, None, exc)
+        failed: web.Response = proxy._upstream_failed(request, target, d, None, exc)
+        return failed
     gwmetrics.CALLS.labels(outcome=outcome, reason="").inc()
     ws = web.WebSocketResponse(protocols=(up.protocol,) if up.protocol else (), max_msg_size=4 * 1024 * 1024)
     ws.headers[names.HEADER_GENERATION] = str(d.generation)
