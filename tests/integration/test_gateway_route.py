@@ -14,6 +14,7 @@ at the slice's port, with the Service's DNS name as Host.
 """
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator
 
 import pytest
@@ -129,3 +130,59 @@ def test_gateway_routing_on_follows_the_gateway_pods_and_off_restores_the_select
     wait_for(lambda: ours(disc, namespace) is None, timeout=60, what="Baton's EndpointSlice deleted")
     print("gateway off: selector", svc.spec.selector, "; slices left:", [s.metadata.name for s in slices(disc, namespace)])
     core.delete_namespaced_pod("gateway-a", namespace, grace_period_seconds=0)
+
+
+def test_a_gateway_replica_that_does_not_answer_the_seal_leaves_the_slice_while_the_retire_waits(
+        operators: Any, gateways: Any, rts: Runtimes, namespace: str, fleet: ToolFleet, cluster: Any) -> None:
+    """gw-b paused (SIGSTOP) just before a handoff: the seal cannot reach it, so while the retire
+    waits for it (within drainSeconds, until its Lease lapses) Baton takes its pod out of the
+    runtime's EndpointSlice; after the handoff the slice lists both again (both pods are Ready)."""
+    import signal
+    import threading
+    core, disc = client.CoreV1Api(cluster.api_client), client.DiscoveryV1Api(cluster.api_client)
+    gw_a = gateways("gw-a")
+    gw_b = gateways("gw-b", env={"BATON_GATEWAY_BIND": f"127.0.0.2:{gw_a.port}"})
+    gw_b.port = gw_a.port  # one calls port, as the chart's replicas share theirs
+    # Named as the chart names them: the replica's Lease is baton-gateway.<pod name>.
+    pod_a = gateway_pod(core, namespace, "gw-a", gw_a, "127.0.0.1")
+    pod_b = gateway_pod(core, namespace, "gw-b", gw_b, "127.0.0.2")
+    operators("op-a", env={"BATON_SYSTEM_NAMESPACE": namespace})
+    m = runtime_manifest("tool", service=True, loopback=True, budgets={"drainSeconds": 30})
+    m["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": fleet.port}]
+    m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": "http"}], "gateway": True}
+    rts.create(m)
+    rts.wait_ready("tool", 1)
+    both = sorted((p["ip"], p["uid"]) for p in (pod_a, pod_b))
+    wait_for(lambda: (lambda s: s is not None and endpoints(s) == both)(ours(disc, namespace)),
+             timeout=60, what="the slice listing both gateway pods")
+
+    seen: list[tuple[float, list[tuple[str, str]]]] = []
+    stop = threading.Event()
+
+    def watch_slice() -> None:
+        deadline = time.monotonic() + 120
+        while not stop.is_set() and time.monotonic() < deadline:
+            s = ours(disc, namespace)
+            seen.append((time.monotonic(), endpoints(s) if s is not None else []))
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=watch_slice, daemon=True)
+    watcher.start()
+    gw_b.signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        rts.set_image("tool", "example/tool:2")
+        rts.wait_ready("tool", 2, timeout=90)
+        wait_for(lambda: (lambda s: s is not None and endpoints(s) == both)(ours(disc, namespace)),
+                 timeout=60, what="both gateway pods listed again after the handoff")
+    finally:
+        gw_b.signal(signal.SIGCONT)
+        stop.set()
+        watcher.join(10)
+    only_a = [t - t0 for t, e in seen if e == [(pod_a["ip"], pod_a["uid"])]]
+    history = rts.status("tool").get("history") or []
+    print(f"slice without gw-b for {len(only_a)} of {len(seen)} looks, from {min(only_a, default=-1):.2f}s to "
+          f"{max(only_a, default=-1):.2f}s after the change; never empty: {all(e for _, e in seen)}; "
+          f"g1's history: {history[-1] if history else None}")
+    assert only_a, "gw-b was never taken out of the slice while the seal waited for it"
+    assert all(e for _, e in seen), "the slice was emptied"
