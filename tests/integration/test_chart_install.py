@@ -81,7 +81,7 @@ def operator_as_chart_sa(cluster: Any, operators: Start, tmp_path: Path, release
     # Settings as the chart sets them, except what a test must keep local: its ports, short
     # Leases, and probes only to loopback (tests never dial other addresses).
     keep = ("BATON_SHUTDOWN_GRACE_SECONDS", "BATON_LOG_LEVEL", "BATON_NAMESPACES",
-            "BATON_WATCH_CONFIGMAPS", "BATON_WATCH_SECRETS")
+            "BATON_WATCH_CONFIGMAPS", "BATON_WATCH_SECRETS", "BATON_SYSTEM_NAMESPACE")
     settings = {k: env[k] for k in keep}
     assert settings["BATON_NAMESPACES"] == ",".join(namespaces)
     return operators("chart-sa", namespaces=namespaces or None, kubeconfig=kubeconfig, env=settings)
