@@ -251,6 +251,7 @@ schema: dict[str, Any] = {
         "allowedCidrs": {"type": "array", "minItems": 1,
                          "items": {"type": "string", "pattern": r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"}},
         "leaseSeconds": i(minimum=3, maximum=300),
+        "headerSeconds": i(minimum=1, maximum=300),
         "terminationGracePeriodSeconds": i(minimum=6, maximum=86400),
         "ports": obj({"calls": i(minimum=1024, maximum=65535), "admin": i(minimum=1024, maximum=65535),
                       "metrics": i(minimum=1024, maximum=65535), "health": i(minimum=1024, maximum=65535)}),

@@ -139,6 +139,9 @@ class GatewaySettings:
     max_held_body_bytes: int = 1024 * 1024
     connect_timeout_seconds: float = 3.0
     idle_timeout_seconds: float = 300.0
+    # A connection's first request head (request line and headers) must arrive within this
+    # (slowloris: a client dribbling its headers holds a connection no longer).
+    header_timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "GatewaySettings":
@@ -164,4 +167,5 @@ class GatewaySettings:
             max_held_per_runtime=_bounded(e, "BATON_GATEWAY_MAX_HELD", 1000, 1, 100000),
             max_held_body_bytes=_bounded(e, "BATON_GATEWAY_MAX_HELD_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
             idle_timeout_seconds=float(_bounded(e, "BATON_GATEWAY_IDLE_SECONDS", 300, 1, 86400)),
+            header_timeout_seconds=float(_bounded(e, "BATON_GATEWAY_HEADER_SECONDS", 10, 1, 300)),
         )

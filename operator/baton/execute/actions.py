@@ -173,6 +173,16 @@ async def delete_service(ctx: Context, action: plan.DeleteService) -> None:
         await services.delete_service(ns, name, ctx.snap.observed.service.uid)
 
 
+async def ensure_gateway_slice(ctx: Context, action: plan.EnsureGatewaySlice) -> None:
+    ns, _ = ctx.key
+    ctx.views.apply(await services.apply_slice(ns, action.manifest, uid=action.uid), "EndpointSlice")
+
+
+async def delete_endpoint_slice(ctx: Context, action: plan.DeleteEndpointSlice) -> None:
+    ns, _ = ctx.key
+    await services.delete_slice(ns, action.name, action.uid)
+
+
 async def create_pod(ctx: Context, action: plan.CreatePod) -> None:
     ns, _ = ctx.key
     try:
@@ -261,6 +271,8 @@ HANDLERS: dict[type, Handler] = {
     plan.Record: record,
     plan.EnsureService: ensure_service,
     plan.DeleteService: delete_service,
+    plan.EnsureGatewaySlice: ensure_gateway_slice,
+    plan.DeleteEndpointSlice: delete_endpoint_slice,
     plan.CreatePod: create_pod,
     plan.SetServing: set_serving,
     plan.DeletePod: delete_pod,

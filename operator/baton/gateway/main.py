@@ -18,7 +18,7 @@ import time
 from aiohttp import web
 
 from baton import server
-from baton.gateway import admin, proxy, registrar, state, views
+from baton.gateway import admin, gwmetrics, listener, proxy, registrar, state, views
 from baton.k8s import client
 from baton.settings import GatewaySettings
 
@@ -72,7 +72,9 @@ async def run(settings: GatewaySettings) -> int:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", px.handle)
-    call_runner, call_site = await _serve(app, settings.bind, shutdown_timeout=1.0)
+    calls = listener.CallsListener(app, settings.bind, header_seconds=settings.header_timeout_seconds,
+                                   on_cut=gwmetrics.HEADER_TIMEOUTS.inc)
+    await calls.start()
     log.info("gateway %s: calls on %s:%s, admin on %s (Lease %s/%s)", settings.identity, *settings.bind,
              settings.admin_address, settings.system_namespace, reg.instance)
 
@@ -87,7 +89,7 @@ async def run(settings: GatewaySettings) -> int:
 
     log.info("gateway %s: shutting down (%d in flight)", settings.identity, st.total_inflight())
     px.shutting_down = True
-    await call_site.stop()  # no new connections
+    await calls.stop()  # no new connections
     st.wake_all()  # held calls: 503 GatewayShutdown
     deadline = time.monotonic() + settings.shutdown_grace_seconds
     while st.total_inflight() > 0 and time.monotonic() < deadline:
@@ -95,7 +97,7 @@ async def run(settings: GatewaySettings) -> int:
     left = st.total_inflight()
     if left:
         log.warning("gateway %s: %d calls still in flight at the end of the grace period", settings.identity, left)
-    await call_runner.cleanup()
+    await calls.cleanup()
     sweeper.cancel()
     reg.stopping = True
     reg_task.cancel()

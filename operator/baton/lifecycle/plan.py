@@ -109,6 +109,23 @@ class DeleteService:
 
 
 @dataclasses.dataclass(frozen=True)
+class EnsureGatewaySlice:
+    """Create or replace the EndpointSlice that routes the runtime's Service to the gateway pods
+    (`uid`: the one this runtime owns, as observed; None: create it)."""
+
+    manifest: dict[str, Any]
+    uid: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteEndpointSlice:
+    """Delete exactly this EndpointSlice of the runtime's Service (UID precondition)."""
+
+    name: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CreatePod:
     manifest: dict[str, Any]
 
@@ -170,6 +187,8 @@ Action = Union[
     Record,
     EnsureService,
     DeleteService,
+    EnsureGatewaySlice,
+    DeleteEndpointSlice,
     CreatePod,
     SetServing,
     DeletePod,
