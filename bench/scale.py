@@ -95,6 +95,60 @@ def api_requests(text: str, *, writes_only: bool = False) -> float:
     return total
 
 
+def metric_sum(text: str, name: str) -> float:
+    """Sum of every sample of one family (all label values)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def per_replica(procs: list[Proc], ports: list[int]) -> None:
+    """Each replica's own cost, in one table: what sharding divides (or, for the watches, does
+    not yet: every replica still lists and watches every object in scope)."""
+    print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'watch events':>13} {'cached objs':>12} "
+          f"{'ranges':>7} {'transitions':>12}")
+    for i, (p, port) in enumerate(zip(procs, ports)):
+        text = scrape(port)
+        print(f"{f'scale-{i}':14} {p.cpu():8.1f} {p.peak_rss_mib():13.1f} "
+              f"{metric_sum(text, 'baton_watch_events_total'):13.0f} {metric_sum(text, 'baton_cache_objects'):12.0f} "
+              f"{metric_sum(text, 'baton_shard_ranges_held'):7.0f} {metric_sum(text, 'baton_transitions_total'):12.0f}")
+
+
+def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[int], *, custom: Any, coord: Any,
+             ranges: int, timeout: float) -> None:
+    """SIGKILL the last replica, change at once the template of every runtime in its ranges, and
+    time until each has handed off (the next generation Ready): the takeover of a lost replica."""
+    from baton.sharding import ranges as ranges_mod
+    victim = f"scale-{len(ops) - 1}"
+    held = {int(lz.metadata.name.rsplit(".", 1)[1]) for lz in coord.list_namespaced_lease(
+        NS_B, label_selector="baton.dev/component=shard-range").items if lz.spec.holder_identity == victim}
+    items = custom.list_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes")["items"]
+    orphans = {rt["metadata"]["name"]: int(((rt.get("status") or {}).get("current") or {}).get("generation") or 0)
+               for rt in items if ranges_mod.range_of(rt["metadata"]["uid"], ranges=ranges) in held}
+    ops[-1].kill()
+    ops[-1].wait(timeout=30)
+    t0 = time.monotonic()
+    parallel(lambda i: custom.patch_namespaced_custom_object(
+        "baton.dev", "v1alpha1", NS_B, "toolruntimes", sorted(orphans)[i],
+        {"spec": {"template": template("example/tool:3", "baton")}}), len(orphans))
+
+    def handed_off() -> bool:
+        done = 0
+        for rt in custom.list_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes")["items"]:
+            name, st = rt["metadata"]["name"], rt.get("status") or {}
+            ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
+            if name in orphans and (st.get("current") or {}).get("generation") == orphans[name] + 1 \
+                    and ready.get("status") == "True" and not st.get("transition"):
+                done += 1
+        return done == len(orphans)
+    wait_for(handed_off, timeout=timeout, what="the killed replica's runtimes handed off", interval=0.5)
+    took = time.monotonic() - t0
+    print(f"failover: {victim} SIGKILLed holding {len(held)} of {ranges} ranges ({len(orphans)} runtimes); "
+          f"every one handed off a template change made right after the kill in {took:.1f}s")
+
+
 def parallel(fn: Callable[[int], Any], n: int, threads: int = 16) -> None:
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(fn, range(n)))
@@ -106,6 +160,9 @@ def main() -> int:
     ap.add_argument("--changes", type=int, default=100)
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--shard-ranges", type=int, default=0,
+                    help="BATON_SHARD_RANGES for every replica (0: off); with 2+ replicas the run ends with "
+                         "the failover of a SIGKILLed replica")
     ap.add_argument("--idle-seconds", type=int, default=60)
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--profile", metavar="FILE", help="run the (first) operator under py-spy record, "
@@ -135,7 +192,8 @@ def main() -> int:
             env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=f"scale-{r}", BATON_NAMESPACES=NS_B,
                        BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
                        BATON_LOG_LEVEL="WARNING", BATON_WORKERS=str(args.workers),
-                       BATON_DIGEST_KEY_FILE=digestkey.ensure(work / "digest.key"))
+                       BATON_DIGEST_KEY_FILE=digestkey.ensure(work / "digest.key"),
+                       BATON_SHARD_RANGES=str(args.shard_ranges), BATON_SYSTEM_NAMESPACE=NS_B)
             argv = [py, "-m", "baton"]
             if args.profile and r == 0:
                 spy = str(Path(py).parent / "py-spy")
@@ -262,6 +320,10 @@ def main() -> int:
         print(f"{f'idle {args.idle_seconds}s: CPU-s (% of a core)':38} {idle_cpu:10.2f} "
               f"({100 * idle_cpu / args.idle_seconds:.2f} %)")
         print(f"{f'idle {args.idle_seconds}s: API writes':38} {idle_writes:10.0f}")
+        per_replica(procs, metrics_ports)
+        if args.shard_ranges and len(ops) >= 2:
+            failover(ops, procs, metrics_ports, custom=custom, coord=client.CoordinationV1Api(api),
+                     ranges=args.shard_ranges, timeout=args.timeout)
         return 0
     finally:
         for i, op in enumerate(ops):

@@ -93,8 +93,14 @@ def test_cleanup_failed_cleared_only_by_the_pod_gone_or_a_named_force() -> None:
 
 
 def test_lease_token_never_decreases() -> None:
-    def lease(rv: int, token: int) -> tuple[str, int, dict[str, Any]]:
-        return ("MODIFIED", rv, {"metadata": {"name": "baton-alpha"}, "spec": {"leaseTransitions": token}})
+    def lease(rv: int, token: int, name: str = "baton-alpha",
+              labels: dict[str, str] | None = None) -> tuple[str, int, dict[str, Any]]:
+        meta = {"name": name, "labels": {"baton.dev/runtime": "alpha"} if labels is None else labels}
+        return ("MODIFIED", rv, {"metadata": meta, "spec": {"leaseTransitions": token}})
 
     assert check_lease_log([lease(1, 1), lease(2, 2), lease(3, 2)]) == []
     assert check_lease_log([lease(1, 2), lease(2, 1)])
+    # The operator's other Leases in the namespace (sharding's, the metrics reporter's) carry no
+    # fencing token: not judged.
+    shard = {"baton.dev/component": "shard-range"}
+    assert check_lease_log([lease(1, 2, "baton-range.4.0", shard), lease(2, 1, "baton-range.4.0", shard)]) == []
