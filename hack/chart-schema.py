@@ -193,6 +193,8 @@ schema: dict[str, Any] = {
                               "items": {"type": "string", "pattern": r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"}},
         "extraEnv": {"type": "array", "items": envvar},
     }),
+    # Empty, or an IPv4/IPv6 address literal (written without brackets).
+    "bindAddress": s(pattern=r"^$|^[0-9a-fA-F:.]{2,45}$"),
     "ports": obj({"metrics": i(minimum=1024, maximum=65535), "health": i(minimum=1024, maximum=65535)}),
     "resources": obj({"requests": res_list(), "limits": res_list()}),
     "probes": obj({"liveness": probe({}), "readiness": probe({}),

@@ -140,7 +140,8 @@ class Controller:
                 raise
             except Exception:
                 metrics.PASS_ERRORS.inc()
-                log.exception("pass of %s/%s crashed; again after a back-off", *key)
+                log.exception("pass of %s/%s crashed; again after a back-off", *key,
+                              extra={"runtime": "/".join(key)})
                 self.queue.add_after(key, self.backoff.when(key))
             finally:
                 self.busy -= 1
