@@ -188,6 +188,7 @@ schema: dict[str, Any] = {
         "leaseSeconds": i(minimum=3, maximum=300),
         "workers": i(minimum=1, maximum=256),
         "probeConcurrency": i(minimum=1, maximum=1024),
+        "shardRanges": i(minimum=0, maximum=1024),
         "resyncSeconds": i(minimum=5, maximum=86400),
         "probeAllowedCidrs": {"type": "array", "minItems": 1,
                               "items": {"type": "string", "pattern": r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"}},

@@ -125,6 +125,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         raise
     if not controller.started:
         metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges))
+        metrics.REGISTRY.register(metrics.QueueCollector(controller.running))
         controller.start()
         # The views fill in the background: kopf cancels an unfinished startup activity on
         # SIGTERM and then skips cleanup, so nothing after controller.start() may wait here

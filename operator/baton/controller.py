@@ -22,19 +22,22 @@ import time
 from typing import Any, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, metrics, probing, reconcile, sealing, triggers
+from baton import drainprobe, execute, exporter, metrics, probing, reconcile, sealing, triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
 from baton.cache import store, views as views_mod
 from baton.k8s import client
 from baton.model import names
+from baton.sharding import keeper as shard_keeper
 
 log = logging.getLogger("baton.runner")
 
 Key = tuple[str, str]
 # A worker keeps a runtime for at most this many passes in a row before requeueing it.
 MAX_PASSES_PER_TURN = 25
+# A runtime whose range's renewals are late is looked at again after this long.
+RANGE_LAPSE_RETRY_SECONDS = 1.0
 
 
 class Controller:
@@ -57,17 +60,32 @@ class Controller:
             probes=self.probes, clock=clock, configs=self.configs,
             gateways=sealing.ApiGateways(namespace=settings.system_namespace, clock=clock),
         )
+        # One replica of the installation reports the per-runtime series (baton.exporter).
+        self.exporter = exporter.Exporter(
+            namespace=settings.system_namespace, name=names.metrics_lease_name(settings.namespaces),
+            identity=settings.identity, duration_seconds=settings.lease_seconds, clock=clock)
         held = self.executor.leases.held
         # A runtime whose Lease this replica holds is mid-transition: served first, so it finishes
         # and hands the Lease back instead of renewing it while new work queues ahead of it.
-        self.queue: queue_mod.WorkQueue[Key] = queue_mod.WorkQueue(first=lambda key: key in held)
+        self.queue: queue_mod.WorkQueue[Key] = queue_mod.WorkQueue(first=lambda key: key in held,
+                                                                   observer=metrics.QueueObserver())
         self.backoff: queue_mod.Backoff[Key] = queue_mod.Backoff()
         self.budget: queue_mod.PassBudget[Key] = queue_mod.PassBudget()
+        # Sharding (BATON_SHARD_RANGES): this replica tries only the runtimes in the ranges it
+        # holds; each step still takes the runtime's own Lease, so a range move is never unsafe.
+        self.ranges: shard_keeper.RangeKeeper | None = None
+        if settings.shard_ranges:
+            self.ranges = shard_keeper.RangeKeeper(
+                identity=settings.identity, namespace=settings.system_namespace, ranges=settings.shard_ranges,
+                lease_seconds=settings.lease_seconds, clock=clock,
+                on_gained=self._range_gained, on_lost=self._range_lost)
         self.shutting_down = False
         self.started = False
         self.busy = 0
+        metrics.WORKERS_MAX.set(settings.workers)
         self._workers: list[asyncio.Task[None]] = []
         self._resync: asyncio.Task[None] | None = None
+        self._exporting: asyncio.Task[None] | None = None
 
     # --- wiring: view changes enqueue runtimes ---------------------------------------------------
 
@@ -91,9 +109,12 @@ class Controller:
         # The informers on a pool of their own: with many watched namespaces their long watches
         # would otherwise take every connection the writes need.
         v.start(client.open_watches(informers=v.informer_count()))
+        if self.ranges is not None:
+            self.ranges.start()
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
+        self._exporting = asyncio.create_task(self.exporter.run(), name="baton metrics lease")
 
     async def _resync_forever(self) -> None:
         """Every resync_seconds, each runtime in view gets a pass within the next period (an
@@ -101,22 +122,59 @@ class Controller:
         period = float(self.settings.resync_seconds)
         while not self.shutting_down:
             await asyncio.sleep(period)
-            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items())]
+            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items()) if self._mine_runtime(rt)]
             for key, delay in triggers.resync(keys, period=period, draw=random.random):
                 if not self.shutting_down:
                     self.queue.add_after(key, delay)
             metrics.RESYNCS.inc()
 
     def wake(self, namespace: str, name: str) -> None:
-        if not self.shutting_down or (namespace, name) in self.executor.leases.held:
-            self.queue.add((namespace, name))
+        key = (namespace, name)
+        if key in self.executor.leases.held or (not self.shutting_down and self._mine(key)):
+            self.queue.add(key)
+
+    # --- sharding: which runtimes this replica tries ---------------------------------------------
+
+    def _standing(self, key: Key) -> shard_keeper.Standing:
+        """Without sharding, every runtime is MINE; with it, by the range it falls in (a runtime
+        not in view is MINE: its pass finds it gone)."""
+        if self.ranges is None:
+            return shard_keeper.Standing.MINE
+        rt = self.views.runtimes.get(*key)
+        if rt is None:
+            return shard_keeper.Standing.MINE
+        return self.ranges.standing(str((rt.get("metadata") or {}).get("uid") or ""))
+
+    def _mine(self, key: Key) -> bool:
+        """Worth queueing: MINE, or LAPSED (its range may come back; _turn waits for it)."""
+        return self._standing(key) != shard_keeper.Standing.OTHER
+
+    def _mine_runtime(self, rt: dict[str, Any]) -> bool:
+        return self.ranges is None or self.ranges.owns(str((rt.get("metadata") or {}).get("uid") or ""))
+
+    def _in_range(self, index: int) -> list[Key]:
+        assert self.ranges is not None
+        ranges = self.ranges
+        return [store.key_of(rt) for rt in list(self.views.runtimes.items())
+                if ranges.range_of(str((rt.get("metadata") or {}).get("uid") or "")) == index]
+
+    def _range_gained(self, index: int) -> None:
+        for key in self._in_range(index):
+            self.wake(*key)
+
+    def _range_lost(self, index: int) -> None:
+        # Runtimes of the range this replica holds the Lease of: one more turn hands it back.
+        held = self.executor.leases.held
+        for key in self._in_range(index):
+            if key in held:
+                self.queue.add(key)
 
     def _listener(self, trigger: triggers.Trigger) -> store.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
             for key, delay in trigger(old, new):
                 if delay <= 0:
                     self.wake(*key)
-                elif not self.shutting_down:
+                elif not self.shutting_down and self._mine(key):
                     self.queue.add_after(key, delay)
         return listener
 
@@ -142,24 +200,43 @@ class Controller:
                 metrics.PASS_ERRORS.inc()
                 log.exception("pass of %s/%s crashed; again after a back-off", *key,
                               extra={"runtime": "/".join(key)})
-                self.queue.add_after(key, self.backoff.when(key))
+                self.queue.add_rate_limited(key, self.backoff.when(key))
             finally:
                 self.busy -= 1
                 metrics.WORKERS_BUSY.set(self.busy)
-                metrics.QUEUE_DEPTH.set(len(self.queue))
                 self.queue.done(key)
 
     async def _turn(self, key: Key) -> None:
         """Passes of one runtime while they ask to act at once; then its wait becomes a wake-up."""
         ns, name = key
         for _ in range(MAX_PASSES_PER_TURN):
+            standing = self._standing(key)
+            holding = key in self.executor.leases.held
+            if standing == shard_keeper.Standing.OTHER and not holding:
+                return  # another replica's runtime: it tries it
+            if standing == shard_keeper.Standing.LAPSED and not holding:
+                # The range's renewals are late: start nothing, look again shortly (the runtime's
+                # own Lease still fences whatever a held transition does meanwhile).
+                self.queue.add_after(key, RANGE_LAPSE_RETRY_SECONDS)
+                return
             throttle = self.budget.take(key)
             if throttle > 0:
                 metrics.PASSES_THROTTLED.inc()
-                self.queue.add_after(key, throttle)
+                self.queue.add_rate_limited(key, throttle)
                 return
-            result = await self.reconciler.reconcile(key, wake=lambda: self.wake(ns, name),
-                                                     shutting_down=self.shutting_down)
+            started = time.monotonic()
+            try:
+                # Not this replica's any more but its Lease held: like a shutdown, the transition
+                # is persisted and its Lease handed back, nothing new is started.
+                result = await self.reconciler.reconcile(
+                    key, wake=lambda: self.wake(ns, name),
+                    shutting_down=self.shutting_down or standing == shard_keeper.Standing.OTHER)
+            except Exception:
+                metrics.PASSES.labels(result=metrics.PassResult.ERROR.value).inc()  # a crash: _work logs it
+                raise
+            finally:
+                metrics.PASS_DURATION.observe(time.monotonic() - started)
+            metrics.PASSES.labels(result=pass_result(result).value).inc()
             if result.gone:
                 self.backoff.forget(key)
                 self.budget.forget(key)
@@ -167,7 +244,7 @@ class Controller:
             if result.moved:
                 self.budget.refund(key)
             if result.failed:
-                self.queue.add_after(key, self.backoff.when(key))
+                self.queue.add_rate_limited(key, self.backoff.when(key))
                 return
             self.backoff.forget(key)
             if result.again_now:
@@ -177,6 +254,10 @@ class Controller:
             return
         self.queue.add(key)  # still asking to act at once: back of the line, fair to the others
 
+    def running(self) -> list[float]:
+        """Seconds each worker's turn under way has run (baton_queue_unfinished_work_seconds)."""
+        return self.queue.running()
+
     # --- shutdown -------------------------------------------------------------------------------
 
     async def shutdown(self) -> None:
@@ -185,16 +266,21 @@ class Controller:
         held = self.executor.leases.held
         self.shutting_down = True
         metrics.SHUTTING_DOWN.set(1)
+        if self.ranges is not None:
+            # Ranges first: the others take them over while this replica's held runtimes finish
+            # their turn (they then wait only for each runtime's own Lease, handed back below).
+            await self.ranges.stop()
         for key in list(held):
             self.queue.add(key)
         deadline = time.monotonic() + self.settings.shutdown_grace_seconds
         while held and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         self.queue.shut_down()
-        tasks = [*self._workers, *([self._resync] if self._resync is not None else [])]
+        tasks = [*self._workers, *(t for t in (self._resync, self._exporting) if t is not None)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.exporter.release()
         await self.probes.close()
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))
@@ -203,7 +289,23 @@ class Controller:
         await self.views.stop()
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
+        """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere."""
+        if not self.exporter.active():
+            return
         for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):
             conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
             yield ns, name, conds, started, budget_sum if started is not None else None
+
+
+def pass_result(result: reconcile.Result) -> metrics.PassResult:
+    """The `result` label of one pass (controller-runtime's: error, requeue, requeue_after, success)."""
+    if result.failed:
+        return metrics.PassResult.ERROR
+    if result.gone:
+        return metrics.PassResult.SUCCESS
+    if result.again_now:
+        return metrics.PassResult.REQUEUE
+    if result.wait is not None:
+        return metrics.PassResult.REQUEUE_AFTER
+    return metrics.PassResult.SUCCESS

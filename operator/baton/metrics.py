@@ -133,6 +133,95 @@ RESYNCS = prometheus_client.Counter(
     "baton_resyncs_total", "Periodic resyncs (BATON_RESYNC_SECONDS): each gives every runtime in view a pass within the period.",
     registry=REGISTRY,
 )
+# --- Passes and the work queue, in the shape controller-runtime and client-go give Go operators
+# (controller_runtime_reconcile_total{result}, controller_runtime_reconcile_time_seconds,
+# workqueue_*). A pass takes milliseconds when it only reads and tens to hundreds of them when it
+# writes (docs/performance.md); an API request times out at 10 s.
+class PassResult(str, enum.Enum):
+    """What a pass asked of the queue (the `result` label of baton_passes_total)."""
+
+    SUCCESS = "success"              # nothing more until an event (or the runtime is gone)
+    REQUEUE_AFTER = "requeue_after"  # a timed wake-up
+    REQUEUE = "requeue"              # act again at once
+    ERROR = "error"                  # an action failed (back-off), or the pass raised
+
+
+PASSES = prometheus_client.Counter(
+    "baton_passes_total", "Passes of a runtime, by result (success, requeue_after, requeue, error).",
+    ["result"], registry=REGISTRY,
+)
+for _result in PassResult:
+    PASSES.labels(result=_result.value)
+PASS_DURATION = prometheus_client.Histogram(
+    "baton_pass_duration_seconds", "Duration of one pass of one runtime (read, decide, act).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=REGISTRY,
+)
+QUEUE_DURATION = prometheus_client.Histogram(
+    "baton_queue_duration_seconds",
+    "Time a runtime waited in the work queue for a worker, from when it was due to when a worker took it.",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120), registry=REGISTRY,
+)
+WORK_DURATION = prometheus_client.Histogram(
+    "baton_queue_work_duration_seconds",
+    "Time a worker kept a runtime: one turn, its passes in a row while they ask to act at once.",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=REGISTRY,
+)
+QUEUE_ADDS = prometheus_client.Counter(
+    "baton_queue_adds_total", "Runtimes added to the work queue (not counting one already waiting).", registry=REGISTRY,
+)
+QUEUE_RETRIES = prometheus_client.Counter(
+    "baton_queue_retries_total", "Runtimes put back with a delay after a failure or a throttled pass.",
+    registry=REGISTRY,
+)
+WORKERS_MAX = prometheus_client.Gauge(
+    "baton_workers_max", "Workers of the queue (BATON_WORKERS): baton_workers_busy at most this.", registry=REGISTRY,
+)
+
+
+class QueueObserver:
+    """The work queue's reports (baton.queue.Observer) as the families above."""
+
+    def depth(self, n: int) -> None:
+        QUEUE_DEPTH.set(n)
+
+    def added(self) -> None:
+        QUEUE_ADDS.inc()
+
+    def started(self, *, waited: float) -> None:
+        QUEUE_DURATION.observe(waited)
+
+    def finished(self, *, worked: float) -> None:
+        WORK_DURATION.observe(worked)
+
+    def retried(self) -> None:
+        QUEUE_RETRIES.inc()
+
+
+class QueueCollector:
+    """client-go's workqueue_unfinished_work_seconds and workqueue_longest_running_processor_seconds,
+    read at scrape time from the turns under way: a worker stuck on one runtime shows here long
+    before its turn ends and is counted in baton_queue_work_duration_seconds."""
+
+    def __init__(self, running: Callable[[], Iterable[float]]) -> None:
+        self._running = running
+
+    def collect(self) -> Iterable[prom_core.Metric]:
+        running = list(self._running())
+        return [
+            prom_core.GaugeMetricFamily(
+                "baton_queue_unfinished_work_seconds",
+                "Seconds the turns under way have run so far, summed (grows while a worker is stuck).",
+                value=sum(running)),
+            prom_core.GaugeMetricFamily(
+                "baton_queue_longest_running_processor_seconds",
+                "Seconds the longest turn under way has run so far (0 when no worker is busy).",
+                value=max(running, default=0.0)),
+        ]
+
+    def describe(self) -> Iterable[prom_core.Metric]:
+        return []
+
+
 PASS_ERRORS = prometheus_client.Counter(
     "baton_pass_errors_total",
     "Passes that raised (a bug or an unexpected answer): logged with the traceback, retried after a back-off.",
@@ -169,14 +258,40 @@ def watch_error_reason(status: int) -> WatchError:
     return WatchError.API_ERROR
 
 
+WATCH_EVENTS = prometheus_client.Counter(
+    "baton_watch_events_total",
+    "Watch events (added, modified, deleted) an informer received, by kind: this replica's share of the watch traffic.",
+    ["kind"], registry=REGISTRY,
+)
+
+
 def init_watch_errors(kind: str) -> None:
-    """Every reason of one watched kind has a series from the start (0 until its first error)."""
+    """Every reason of one watched kind has a series from the start (0 until its first error),
+    and so has its count of watch events."""
     for reason in WatchError:
         WATCH_ERRORS.labels(kind=kind, reason=reason.value)
+    WATCH_EVENTS.labels(kind=kind)
 
 
 SHUTTING_DOWN = prometheus_client.Gauge(
     "baton_shutting_down", "1 once SIGTERM was received.", registry=REGISTRY,
+)
+
+# Sharding (BATON_SHARD_RANGES; 0 ranges: off, every replica tries every runtime).
+SHARD_RANGES = prometheus_client.Gauge(
+    "baton_shard_ranges", "Ranges the runtimes' hash space is cut into (BATON_SHARD_RANGES; 0: sharding off).",
+    registry=REGISTRY,
+)
+SHARD_RANGES_HELD = prometheus_client.Gauge(
+    "baton_shard_ranges_held", "Ranges this replica holds (its runtimes are the ones it tries).", registry=REGISTRY,
+)
+SHARD_MEMBERS = prometheus_client.Gauge(
+    "baton_shard_members", "Operator replicas this replica sees alive (membership Leases).", registry=REGISTRY,
+)
+SHARD_RANGE_MOVES = prometheus_client.Counter(
+    "baton_shard_range_moves_total",
+    "Ranges this replica took, handed back (over its share, or at shutdown) or lost (a renewal refused).",
+    ["move"], registry=REGISTRY,
 )
 
 # Every label value these counters can take has a series from the start (0 until its first
@@ -186,6 +301,7 @@ KNOWN_LABELS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (TRANSITIONS, "kind", tuple(k.value for k in status_mod.TransitionKind)),
     (CLEANUP_FAILURES, "reason", (status_mod.Reason.DELETE_REJECTED.value, status_mod.Reason.POD_STUCK_TERMINATING.value)),
     (STALE_VERBS, "verb", ("reset", "force-recovery", "force-retire")),
+    (SHARD_RANGE_MOVES, "move", ("taken", "handed_back", "lost")),
 )
 for _series, _label, _values in KNOWN_LABELS:
     for _value in _values:

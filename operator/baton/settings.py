@@ -133,6 +133,7 @@ class _OperatorEnv(_Env):
     resync_seconds: int = _f("BATON_RESYNC_SECONDS", 300, ge=5, le=86400)
     system_namespace: str = _f("BATON_SYSTEM_NAMESPACE", "default")
     digest_key_file: str = _f("BATON_DIGEST_KEY_FILE", "")
+    shard_ranges: int = _f("BATON_SHARD_RANGES", 0, ge=0, le=1024)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,6 +163,9 @@ class Settings:
     # The file holding the installation's digest key (the chart mounts its Secret there): every
     # digest of referenced ConfigMap/Secret data is an HMAC under it. Required at startup.
     digest_key_file: str = ""
+    # Sharding: the runtimes' hash space cut into this many ranges, held by the replicas through
+    # Leases in system_namespace (baton.sharding). 0: off, every replica tries every runtime.
+    shard_ranges: int = 0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":

@@ -68,6 +68,10 @@ class OperatorProcess(ChildProcess):
             # One key per log directory (a test's replicas share it, so they agree on every hash).
             "BATON_DIGEST_KEY_FILE": ensure_digest_key(log_dir / "digest.key"),
         })
+        if namespaces:
+            # The system namespace holds the per-runtime metrics Lease (baton.exporter): the test's
+            # own, deleted with it, rather than a Lease left in `default` by every test.
+            self.env["BATON_SYSTEM_NAMESPACE"] = namespaces[0]
         self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -373,6 +373,19 @@ def test_the_operators_account_may_write_only_batons_own_leases_pods_and_service
     ours = coord.create_namespaced_lease(namespace, {
         "metadata": {"name": "baton-rt", "labels": {"baton.dev/runtime": "rt"}}, "spec": {}})
     coord.delete_namespaced_lease(ours.metadata.name, namespace)
+    # Sharding's Leases (baton.k8s.shardleases): written in the release namespace only.
+    shard = {"metadata": {"name": "baton-range.16.0", "labels": {"baton.dev/component": "shard-range"}},
+             "spec": {"holderIdentity": "op"}}
+    assert refused(lambda: coord.create_namespaced_lease(namespace, shard)).startswith("403")
+    mine = coord.create_namespaced_lease(release_ns, shard)
+    mine.spec.holder_identity = None
+    coord.replace_namespaced_lease(mine.metadata.name, release_ns, mine)
+    coord.delete_namespaced_lease(mine.metadata.name, release_ns)
+    # The per-runtime metrics reporter's Lease (baton.k8s.metricslease) likewise.
+    metrics_lease = coord.create_namespaced_lease(release_ns, {
+        "metadata": {"name": "baton-runtime-metrics.test", "labels": {"baton.dev/component": "runtime-metrics"}},
+        "spec": {"holderIdentity": "op"}})
+    coord.delete_namespaced_lease(metrics_lease.metadata.name, release_ns)
     pod_denied = refused(lambda: core.delete_namespaced_pod("foreign", namespace))
     assert pod_denied.startswith("403") and "a ToolRuntime controls" in pod_denied, pod_denied
     assert refused(lambda: core.patch_namespaced_pod("foreign", namespace, {

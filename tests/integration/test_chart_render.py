@@ -278,12 +278,13 @@ def test_rbac_cluster_scope_has_no_wildcard_exec_or_secret_reads() -> None:
 def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
     objs = render(files=[CHART / "ci" / "namespaced-values.yaml"])
     assert not by_kind(objs, "ClusterRole") and not by_kind(objs, "ClusterRoleBinding")
-    # The gateway replicas' Leases in the release namespace: listed only (baton.k8s.gateways.RBAC).
+    # Leases in the release namespace: the gateway replicas' listed (baton.k8s.gateways.RBAC), the
+    # per-runtime metrics Lease held (baton.k8s.metricslease.RBAC).
     gateways = [o for o in by_kind(objs, "Role") if o["metadata"]["name"].endswith("-gateways")]
     [gw_role] = gateways
     assert gw_role["metadata"]["namespace"] == "baton-system"
-    assert _grants(gw_role["rules"]) == {(g, r, v) for g, r, verbs in importlib.import_module(
-        "baton.k8s.gateways").RBAC for v in verbs}
+    assert _grants(gw_role["rules"]) == {(g, r, v) for m in ("baton.k8s.gateways", "baton.k8s.metricslease")
+                                         for g, r, verbs in importlib.import_module(m).RBAC for v in verbs}
     [gw_binding] = [o for o in by_kind(objs, "RoleBinding") if o["metadata"]["name"].endswith("-gateways")]
     assert gw_binding["roleRef"]["name"] == gw_role["metadata"]["name"]
     assert gw_binding["subjects"][0]["namespace"] == "baton-system"
@@ -295,6 +296,11 @@ def test_rbac_namespaced_scope_is_a_role_per_namespace() -> None:
         assert {g for g in grants if g[1] == "secrets"} == {("", "secrets", v) for v in ("get", "list", "watch")}
         assert bindings[ns]["roleRef"]["name"] == role["metadata"]["name"]
         assert bindings[ns]["subjects"][0]["namespace"] == "baton-system"
+    # Sharding on: the membership and range Leases are written there too (baton.k8s.shardleases.RBAC).
+    sharded = render(files=[CHART / "ci" / "namespaced-values.yaml"], values={"operator.shardRanges": "16"})
+    [sys_role] = [o for o in by_kind(sharded, "Role") if o["metadata"]["name"].endswith("-gateways")]
+    assert _grants(sys_role["rules"]) == {(g, r, v) for module in ("baton.k8s.gateways", "baton.k8s.metricslease", "baton.k8s.shardleases")
+                                          for g, r, verbs in importlib.import_module(module).RBAC for v in verbs}
     never = render(files=[CHART / "ci" / "namespaced-values.yaml"], values={"rbac.readSecrets": "never"})
     assert not [g for g in _grants(_rules(never, "Role")) if g[1] == "secrets"]
 
@@ -306,7 +312,7 @@ HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "P
               "DELETE": {"delete"}}
 RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
                 "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.k8s.gateways",
-                "baton.cache.views"]
+                "baton.k8s.metricslease", "baton.k8s.shardleases", "baton.cache.views"]
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:

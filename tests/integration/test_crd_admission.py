@@ -180,7 +180,8 @@ def test_valid_conditions_are_stored_and_wide_columns_show_step_and_message(
 
 
 @pytest.mark.parametrize("path, text", [
-    ("toolruntime.spec.template.spec.containers", "every Container field is accepted"),
+    ("toolruntime.spec.template.spec.containers", "The pod's containers; at least one."),
+    ("toolruntime.spec.template.spec.containers.imagePullPolicy", "Image pull policy."),
     ("toolruntime.spec.template.metadata.labels", "kept beside Baton's own"),
     ("toolruntime.spec.drain.probe.httpGet.scheme", "HTTP only"),
     ("toolruntime.status.transition.step", "persisted before it is acted on"),

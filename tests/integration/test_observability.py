@@ -39,7 +39,9 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     # DEBUG: kopf's own per-object records (with their object reference) are printed too.
     op = operators("op-obs", env={"BATON_LOG_LEVEL": "DEBUG"})
     rts.create(runtime_manifest("observed"))
-    st = rts.wait_ready("observed", 1)
+    rts.wait_ready("observed", 1)
+    rts.set_image("observed", "example/tool:2")  # a handoff: passes that write, wait and act again
+    st = rts.wait_ready("observed", 2)
     conditions = {c["type"]: c["status"] for c in st["conditions"]}
     assert conditions["Ready"] == "True" and conditions["CleanupFailed"] == "False"
 
@@ -76,6 +78,28 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     assert {n: fams[n].type for n in expected_types if n in fams} == expected_types, sorted(fams)
     [build] = fams["baton_build_info"].samples
     assert build.labels == {"version": baton_pkg.version()} and build.value == 1.0
+
+    # Passes and the work queue in controller-runtime's shape, with samples after the handoff.
+    def samples(family: str, sample: str | None = None) -> list[Any]:
+        return [x for x in fams[family].samples if x.name == (sample or family)]
+
+    passes = {x.labels["result"]: x.value for x in samples("baton_passes", "baton_passes_total")}
+    assert set(passes) == {"success", "requeue_after", "requeue", "error"}, passes
+    assert sum(passes.values()) >= 5 and passes["requeue_after"] + passes["requeue"] >= 1, passes
+    for histogram in ("baton_pass_duration_seconds", "baton_queue_duration_seconds", "baton_queue_work_duration_seconds"):
+        assert fams[histogram].type == "histogram"
+        [count] = samples(histogram, histogram + "_count")
+        assert count.value >= 3, (histogram, count)
+    [pass_count] = samples("baton_pass_duration_seconds", "baton_pass_duration_seconds_count")
+    assert pass_count.value >= sum(passes.values()) - 1  # a pass may end between the two reads
+    [adds] = samples("baton_queue_adds", "baton_queue_adds_total")
+    assert adds.value >= 3
+    assert [x.value for x in samples("baton_workers_max")] == [8.0]  # BATON_WORKERS' default
+    for gauge in ("baton_queue_depth", "baton_queue_retries", "baton_queue_unfinished_work_seconds",
+                  "baton_queue_longest_running_processor_seconds"):
+        assert fams[gauge].samples, gauge
+    print("passes by result after a create and a handoff:", {k: int(v) for k, v in sorted(passes.items())},
+          "queue adds:", int(adds.value))
 
     # Every baton_* family a real operator exports is in the metrics reference, with its type
     # (the text format has no info type: baton_build_info is a gauge there).

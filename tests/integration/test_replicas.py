@@ -2,6 +2,7 @@
 replica's work is taken over within the Lease duration plus a second; nothing is lost."""
 from __future__ import annotations
 
+import re
 import signal
 import time
 from typing import Any, Callable
@@ -110,3 +111,80 @@ def test_a_stale_verb_seen_by_three_replicas_is_refused_once(
     stays(lambda: all(len(rts.events(n, "StaleReset")) == 1 for n in ("s1", "s2", "s3")),
           duration=3, what="one StaleReset event per runtime")
     assert sum(r.metric("baton_stale_verbs_total", verb="reset") or 0 for r in reps) == 3
+
+
+def _runtime_series(proc: OperatorProcess, namespace: str) -> dict[tuple[str, ...], int]:
+    """The per-runtime series of one replica's scrape (family and labels), each counted once."""
+    found: dict[tuple[str, ...], int] = {}
+    for line in proc.metrics().splitlines():
+        family = line.split("{", 1)[0]
+        if family not in PER_RUNTIME or f'namespace="{namespace}"' not in line:
+            continue
+        labels = tuple(sorted(re.findall(r'(\w+)="([^"]*)"', line.rpartition(" ")[0])))
+        key = (family, *(f"{k}={v}" for k, v in labels))
+        found[key] = found.get(key, 0) + 1
+    return found
+
+
+PER_RUNTIME = ("baton_runtime_condition", "baton_retirements_blocked")
+
+
+def test_each_runtimes_series_are_exported_by_one_replica_and_the_survivor_takes_over(
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
+    """Two replicas see the same three runtimes; the sum over both scrapes has each runtime's
+    series exactly once (before: once per replica), all from the holder of the metrics Lease. When
+    that replica dies (SIGKILL: no hand-back), the other exports them within the Lease's expiry;
+    when that one stops cleanly, a third takes over from the Lease it handed back."""
+    names = ["m0", "m1", "m2"]
+    for n in names:
+        rts.create(runtime_manifest(n))
+    reps = {i: operators(i) for i in ("op-a", "op-b")}
+    for n in names:
+        rts.wait_ready(n, 1)
+    def exported_once() -> dict[str, dict[tuple[str, ...], int]] | None:
+        scrapes = {i: _runtime_series(p, namespace) for i, p in reps.items()}
+        total: dict[tuple[str, ...], int] = {}
+        for series in scrapes.values():
+            for key, n in series.items():
+                total[key] = total.get(key, 0) + n
+        for n in names:  # every runtime is there: its Ready series (3 statuses) and its blocked gauge
+            ready = [k for k in total if k[0] == "baton_runtime_condition" and f"runtime={n}" in k
+                     and "condition=Ready" in k]
+            if len(ready) != 3 or not any(k[0] == "baton_retirements_blocked" and f"runtime={n}" in k for k in total):
+                return None
+        return scrapes if all(n == 1 for n in total.values()) else None
+
+    scrapes = wait_for(exported_once, timeout=30, interval=0.5,
+                       what="each runtime's series exactly once over both replicas' scrapes")
+    [exporting] = [i for i, s in scrapes.items() if s]
+    coord = client.CoordinationV1Api(cluster.api_client)
+    [lease] = [lz for lz in coord.list_namespaced_lease(namespace).items
+               if lz.metadata.name.startswith("baton-runtime-metrics.")]
+    assert lease.spec.holder_identity == exporting
+    print(f"per-runtime series: {sum(len(s) for s in scrapes.values())} over both scrapes, "
+          f"all from {exporting} (the metrics Lease's holder)")
+
+    victim = reps.pop(exporting)
+    victim.signal(signal.SIGKILL)
+    victim.wait_exit(10)
+    t0 = time.monotonic()
+    [(survivor, proc)] = reps.items()
+    wait_for(exported_once, timeout=3 * LEASE_SECONDS + 15, interval=0.5,
+             what=f"{survivor} exporting every runtime's series once {exporting} is gone")
+    print(f"{survivor} exports every runtime's series {time.monotonic() - t0:.1f}s after {exporting}'s SIGKILL "
+          f"(Lease duration {LEASE_SECONDS}s)")
+    assert coord.read_namespaced_lease(lease.metadata.name, namespace).spec.holder_identity == survivor
+
+    # A clean stop (a rolling update) hands the Lease back: a new replica reports within about a
+    # third of the Lease duration, without waiting for it to expire.
+    reps["op-c"] = operators("op-c")
+    wait_for(exported_once, timeout=30, interval=0.5, what="still once with op-c beside the reporter")
+    stopping = reps.pop(survivor)
+    stopping.signal(signal.SIGTERM)
+    assert stopping.wait_exit(30) == 0, stopping.log_tail()
+    t0 = time.monotonic()
+    wait_for(exported_once, timeout=3 * LEASE_SECONDS + 15, interval=0.25,
+             what=f"op-c exporting every runtime's series once {survivor} stopped cleanly")
+    took = time.monotonic() - t0
+    print(f"op-c exports every runtime's series {took:.1f}s after {survivor} stopped cleanly")
+    assert coord.read_namespaced_lease(lease.metadata.name, namespace).spec.holder_identity == "op-c"

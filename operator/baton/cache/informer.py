@@ -123,6 +123,7 @@ class Informer:
             self.store.apply(obj)
         elif kind == "DELETED":
             self.store.delete(obj)
+        metrics.WATCH_EVENTS.labels(kind=self.kind).inc()
         metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
         return rv
 

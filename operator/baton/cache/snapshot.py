@@ -168,7 +168,7 @@ def _parse(rt: dict[str, Any], memo: SnapshotMemo) -> tuple[spec_model.ToolRunti
         # runtime reports it (Degraded InvalidSpec) and can still be retired and deleted.
         spec, spec_error = spec_model.ToolRuntimeSpec(template={}), _error_text(exc)
     except (AttributeError, TypeError, ValueError) as exc:
-        # e.g. `volumes: "x"`: the CRD preserves unknown PodSpec fields without checking them.
+        # e.g. `volumes: "x"`, stored before the CRD carried the PodSpec schema (which refuses it now).
         spec_error = f"spec.template cannot be read: {type(exc).__name__}: {exc}"
     status = status_mod.ToolRuntimeStatus.model_validate(rt.get("status") or {})
     memo.parsed_rv, memo.parsed = rv, (spec, status, spec_error)

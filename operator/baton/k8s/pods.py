@@ -21,8 +21,15 @@ async def read_pod(namespace: str, name: str) -> dict[str, Any] | None:
     return await client.work().get_or_none(_path(namespace, name))
 
 
+# Strict field validation: a field the API server does not know (a typo the CRD schema let
+# through, or a field of a newer Kubernetes than the cluster's) is refused with a 400 naming it,
+# which the caller reports as PodRejected, instead of being dropped without a word.
+CREATE_QUERY = {"fieldValidation": "Strict"}
+
+
 async def create_pod(namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
-    created: dict[str, Any] = await client.work().request("POST", _path(namespace), body=manifest)
+    created: dict[str, Any] = await client.work().request("POST", _path(namespace), body=manifest,
+                                                          query=CREATE_QUERY)
     return created
 
 

@@ -7,6 +7,8 @@ name the API server stores is spelled once.
 
 from __future__ import annotations
 
+import hashlib
+
 GROUP = "baton.dev"
 VERSION = "v1alpha1"
 API_VERSION = "baton.dev/v1alpha1"  # GROUP/VERSION, as objects carry it
@@ -40,6 +42,13 @@ ANN_FORCE_RETIRE = "baton.dev/force-retire"
 LABEL_COMPONENT = "baton.dev/component"
 COMPONENT_GATEWAY = "gateway"
 ANN_GATEWAY_ADMIN = "baton.dev/gateway-admin"
+# The operator replica that exports the per-runtime metrics holds a Lease in the system namespace
+# labelled LABEL_COMPONENT=COMPONENT_METRICS (metrics_lease_name).
+COMPONENT_METRICS = "runtime-metrics"
+# Sharding (BATON_SHARD_RANGES): each operator replica's membership Lease and the Leases through
+# which replicas hold ranges of the runtimes' hash space, all in the operator's namespace.
+COMPONENT_SHARD_MEMBER = "shard-member"
+COMPONENT_SHARD_RANGE = "shard-range"
 # Response headers the gateway adds.
 HEADER_GENERATION = "Baton-Generation"
 HEADER_REASON = "Baton-Reason"
@@ -56,6 +65,25 @@ def pod_name(runtime: str) -> str:
 
 def lease_name(runtime: str) -> str:
     return f"baton-{runtime}"
+
+
+def metrics_lease_name(namespaces: tuple[str, ...] | list[str]) -> str:
+    """The Lease whose holder exports the per-runtime metrics: one per installation, told apart
+    by the namespaces it watches (none: every namespace), so two installations sharing a system
+    namespace each have theirs. The dot keeps it apart from every runtime's Lease."""
+    scope = ",".join(sorted(namespaces)) or "*"
+    return f"baton-runtime-metrics.{hashlib.sha256(scope.encode()).hexdigest()[:10]}"
+def shard_member_lease_name(identity: str) -> str:
+    """An operator replica's membership Lease (the dot keeps it apart from runtimes' Leases). The
+    identity (a pod name, or host-pid) is folded into a DNS subdomain; the holder field keeps it whole."""
+    folded = "".join(c if c.isascii() and (c.isalnum() or c in "-.") else "-" for c in identity.lower())
+    return f"baton-member.{folded.strip('-.') or 'replica'}"[:253]
+
+
+def shard_range_lease_name(*, index: int, ranges: int) -> str:
+    """The Lease through which one replica holds range `index` of `ranges`: the count is in the
+    name, so a changed count never meets Leases cut for another one."""
+    return f"baton-range.{ranges}.{index}"
 
 
 def gateway_lease_name(instance: str) -> str:

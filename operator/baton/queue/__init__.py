@@ -5,6 +5,9 @@
 - `add_after(key, seconds)`: a deadline as a wake-up (the earliest one wins).
 - `Backoff`: per-key exponential back-off with jitter for failures; `forget` resets it.
 - `PassBudget`: per-key token bucket, so no input can make one key spin.
+- `observer`: told of adds, waits and turns, in the shape of client-go's workqueue metrics
+  (depth, adds, time in queue, work duration, retries); `running()` gives the turns under way
+  (unfinished work, the longest running).
 - `first`: keys it says yes to (work in progress: a runtime whose Lease this replica holds) are
   served before the others, one other key at least every URGENT_RUN of them, so what is started
   finishes (and hands its Lease back) before more is started, and nothing starves.
@@ -21,7 +24,7 @@ import heapq
 import itertools
 import random
 import time
-from typing import Callable, Generic, Hashable, TypeVar
+from typing import Callable, Generic, Hashable, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -33,11 +36,26 @@ class ShutDown(Exception):
 URGENT_RUN = 8
 
 
+class Observer(Protocol):
+    """What the queue reports (client-go's workqueue MetricsProvider, in one object)."""
+
+    def depth(self, n: int) -> None: ...
+    def added(self) -> None: ...
+    def started(self, *, waited: float) -> None: ...
+    def finished(self, *, worked: float) -> None: ...
+    def retried(self) -> None: ...
+
+
 class WorkQueue(Generic[K]):
     def __init__(self, *, clock: Callable[[], float] = time.monotonic,
-                 first: Callable[[K], bool] | None = None) -> None:
+                 first: Callable[[K], bool] | None = None, observer: Observer | None = None) -> None:
         self._clock = clock
         self._first = first
+        self._observer = observer
+        # When each key waiting for a worker became due (time in queue is measured from there:
+        # a timed wake-up's delay is asked for, not waited), and when each turn began.
+        self._since: dict[K, float] = {}
+        self._started: dict[K, float] = {}
         self._ready: collections.deque[K] = collections.deque()
         self._urgent: collections.deque[K] = collections.deque()
         self._urgent_run = 0
@@ -55,6 +73,8 @@ class WorkQueue(Generic[K]):
     def _enqueue(self, key: K) -> None:
         (self._urgent if self._first is not None and self._first(key) else self._ready).append(key)
         self._wakeup.set()
+        if self._observer is not None:
+            self._observer.depth(len(self))
 
     def _pop(self) -> K:
         if self._urgent and (self._urgent_run < URGENT_RUN or not self._ready):
@@ -72,9 +92,18 @@ class WorkQueue(Generic[K]):
         if self._shut or key in self._dirty:
             return
         self._dirty.add(key)
+        self._since[key] = self._clock()
+        if self._observer is not None:
+            self._observer.added()
         self._due.pop(key, None)  # due now: an earlier wake-up than any pending one
         if key not in self._processing:
             self._enqueue(key)
+
+    def add_rate_limited(self, key: K, seconds: float) -> None:
+        """add_after for a retry (a failure's back-off, a throttled pass): counted as one."""
+        if self._observer is not None and not self._shut:
+            self._observer.retried()
+        self.add_after(key, seconds)
 
     def add_after(self, key: K, seconds: float) -> None:
         if seconds <= 0:
@@ -113,6 +142,12 @@ class WorkQueue(Generic[K]):
                 key = self._pop()
                 self._dirty.discard(key)
                 self._processing.add(key)
+                now = self._clock()
+                self._started[key] = now
+                since = self._since.pop(key, now)
+                if self._observer is not None:
+                    self._observer.depth(len(self))
+                    self._observer.started(waited=max(0.0, now - since))
                 return key
             self._wakeup.clear()
             try:
@@ -122,8 +157,16 @@ class WorkQueue(Generic[K]):
 
     def done(self, key: K) -> None:
         self._processing.discard(key)
+        started = self._started.pop(key, None)
+        if started is not None and self._observer is not None:
+            self._observer.finished(worked=max(0.0, self._clock() - started))
         if key in self._dirty and not self._shut:
             self._enqueue(key)
+
+    def running(self) -> list[float]:
+        """Seconds each turn under way has run so far (a worker's key not yet done)."""
+        now = self._clock()
+        return [max(0.0, now - started) for started in self._started.values()]
 
     def shut_down(self) -> None:
         self._shut = True

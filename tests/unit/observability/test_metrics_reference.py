@@ -36,7 +36,8 @@ def _registered() -> dict[str, tuple[str, tuple[str, ...]]]:
                 found[_scraped_name(name, kind)] = (kind, tuple(labelnames))
     # Families computed at scrape time: fed one runtime so that their labels show.
     runtime = metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)])
-    for family in [*runtime.collect(), *metrics.MemoryLimitCollector().collect()]:
+    queue = metrics.QueueCollector(lambda: [0.5])
+    for family in [*runtime.collect(), *queue.collect(), *metrics.MemoryLimitCollector().collect()]:
         labels: list[str] = []
         for sample in family.samples:
             labels += [k for k in sample.labels if k not in labels]

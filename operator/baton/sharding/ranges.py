@@ -1,0 +1,96 @@
+"""Ranges of the runtimes' hash space and who should hold them. Pure: no I/O, the clock is an
+argument.
+
+Each replica computes the same shares from the same member list: sorted identities, the first
+``ranges % members`` take one range more. A replica over its share hands back its highest ranges;
+one under it takes free ranges (released, or unchanged for a whole Lease duration by its own
+clock), starting at an offset of its own so two newcomers rarely reach for the same one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Sequence
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK = (1 << 64) - 1
+
+
+def fnv1a64(data: bytes) -> int:
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
+def range_of(uid: str, *, ranges: int) -> int:
+    """The range a runtime falls in: equal slices of the 64-bit FNV-1a hash of its UID."""
+    return (fnv1a64(uid.encode()) * ranges) >> 64
+
+
+def share(*, member: str, members: Iterable[str], ranges: int) -> int:
+    """How many ranges `member` should hold while `members` (it included) are alive."""
+    ordered = sorted(set(members) | {member})
+    base, extra = divmod(ranges, len(ordered))
+    return base + (1 if ordered.index(member) < extra else 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeLease:
+    index: int
+    holder: str | None  # None: released (or never taken)
+    expired: bool  # unchanged for its whole duration as this replica saw it
+
+
+@dataclasses.dataclass(frozen=True)
+class Moves:
+    take: tuple[int, ...] = ()
+    hand_back: tuple[int, ...] = ()
+
+
+def plan_moves(*, me: str, members: Iterable[str], leases: Sequence[RangeLease], held: Iterable[int],
+               ranges: int) -> Moves:
+    """What this replica does about ranges at one tick. `leases` is every range Lease seen (a
+    missing index is free), `held` the ranges this replica holds fresh."""
+    alive = sorted(set(members) | {me})
+    mine = sorted(set(held))
+    want = share(member=me, members=alive, ranges=ranges)
+    if len(mine) > want:
+        return Moves(hand_back=tuple(mine[want:]))
+    room = want - len(mine)
+    if room == 0:
+        return Moves()
+    seen = {lease.index: lease for lease in leases}
+    start = alive.index(me) * ranges // len(alive)
+    free: list[int] = []
+    for k in range(ranges):
+        i = (start + k) % ranges
+        if i in mine:
+            continue
+        lease = seen.get(i)
+        if lease is None or lease.holder is None or lease.expired or lease.holder == me:
+            free.append(i)
+    return Moves(take=tuple(free[:room]))
+
+
+class Sightings:
+    """When this replica first saw each Lease's current version (its own monotonic clock): a
+    Lease is expired once unchanged for its duration since then, whatever the writer's clock
+    said. A replica that just started judges nothing expired before a full duration."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, tuple[str, float]] = {}
+
+    def observe(self, *, name: str, version: str, now: float) -> float:
+        """Record a sighting; returns how long (seconds) this version has been seen unchanged."""
+        last = self._seen.get(name)
+        if last is None or last[0] != version:
+            self._seen[name] = (version, now)
+            return 0.0
+        return now - last[1]
+
+    def forget_except(self, names: Iterable[str]) -> None:
+        keep = set(names)
+        for name in [n for n in self._seen if n not in keep]:
+            del self._seen[name]

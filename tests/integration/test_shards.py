@@ -1,0 +1,138 @@
+"""Replicas that split the work (issue 26 item 1; BATON_SHARD_RANGES, baton.sharding): ranges of
+the runtimes' hash space held through Leases, rebalanced as replicas come and go, and each
+replica acting only on the runtimes of its ranges. Every step still takes the runtime's own
+Lease (tests/integration/test_replicas.py proves that fence); here: who acts, and takeover."""
+from __future__ import annotations
+
+import signal
+import time
+from typing import Any, Callable
+
+from kubernetes import client
+
+from baton.sharding import ranges as ranges_mod
+from dev.wait import wait_for
+from harness.operator import OperatorProcess
+from harness.runtimes import Runtimes, runtime_manifest
+
+Start = Callable[..., OperatorProcess]
+LEASE_SECONDS = 5  # BATON_LEASE_SECONDS in harness.operator.OperatorProcess
+RANGES = 8
+NAMES = [f"s{i:02d}" for i in range(12)]
+
+
+def _start(operators: Start, namespace: str, identity: str) -> OperatorProcess:
+    return operators(identity, env={"BATON_SHARD_RANGES": str(RANGES), "BATON_SYSTEM_NAMESPACE": namespace})
+
+
+def _holders(cluster: Any, namespace: str) -> dict[int, str | None]:
+    """Range index -> holder, as the range Leases say."""
+    coord = client.CoordinationV1Api(cluster.api_client)
+    out: dict[int, str | None] = {}
+    for lease in coord.list_namespaced_lease(namespace, label_selector="baton.dev/component=shard-range").items:
+        prefix = f"baton-range.{RANGES}."
+        assert lease.metadata.name.startswith(prefix), lease.metadata.name
+        out[int(lease.metadata.name[len(prefix):])] = lease.spec.holder_identity
+    return out
+
+
+def _split(cluster: Any, namespace: str, *identities: str) -> dict[int, str | None] | None:
+    """The holders once every range is held and the shares are even among `identities`."""
+    holders = _holders(cluster, namespace)
+    if len(holders) != RANGES or set(holders.values()) != set(identities):
+        return None
+    counts = [list(holders.values()).count(i) for i in identities]
+    return holders if max(counts) - min(counts) <= 1 else None
+
+
+def _owner(rts: Runtimes, holders: dict[int, str | None], name: str) -> str | None:
+    return holders[ranges_mod.range_of(rts.get(name)["metadata"]["uid"], ranges=RANGES)]
+
+
+def test_a_joining_replica_takes_its_share_and_each_acts_only_on_its_own_runtimes(
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
+    a = _start(operators, namespace, "op-a")
+    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=30, what="op-a alone holds every range")
+    assert a.metric("baton_shard_ranges_held") == RANGES
+    b = _start(operators, namespace, "op-b")
+    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45,
+                       what="op-a handed half the ranges to op-b")
+    print("ranges after op-b joined:", dict(sorted(holders.items())))
+    wait_for(lambda: a.metric("baton_shard_ranges_held") == b.metric("baton_shard_ranges_held") == RANGES // 2,
+             timeout=15, what="each replica's gauge says half")
+    assert (a.metric("baton_shard_range_moves_total", move="handed_back") or 0) >= RANGES // 2
+    for n in NAMES:
+        rts.create(runtime_manifest(n))
+    for n in NAMES:
+        rts.wait_ready(n, 1, timeout=120)
+    for n in NAMES:
+        rts.set_image(n, "example/tool:2")
+    for n in NAMES:
+        rts.wait_ready(n, 2, timeout=120)
+    # The ranges did not move meanwhile (nobody came or went): the holder written into each
+    # runtime's status with its fencing token is the replica whose range the runtime falls in.
+    assert _holders(cluster, namespace) == holders
+    acted = {n: rts.status(n)["holder"] for n in NAMES}
+    owners = {n: _owner(rts, holders, n) for n in NAMES}
+    print("acted:", acted)
+    assert acted == owners
+    assert set(acted.values()) == {"op-a", "op-b"}, "12 runtimes over 8 ranges: both replicas own some"
+    # Each replica began exactly the transitions of its own runtimes (12 creates + 12 handoffs).
+    per = {p.identity: p.metric("baton_transitions_total") or 0 for p in (a, b)}
+    mine = {i: 2 * list(owners.values()).count(i) for i in ("op-a", "op-b")}
+    assert per == mine, (per, mine)
+    # Each replica still receives every watch event in scope (narrowed watches: not yet): the
+    # counter exists for bench-scale's per-replica figures and counts what arrived.
+    for p in (a, b):
+        assert (p.metric("baton_watch_events_total", kind="Pod") or 0) >= len(NAMES)
+
+
+def test_a_killed_replicas_ranges_are_taken_over_and_its_runtimes_hand_off(
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
+    a = _start(operators, namespace, "op-a")
+    b = _start(operators, namespace, "op-b")
+    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    for n in NAMES:
+        rts.create(runtime_manifest(n))
+    for n in NAMES:
+        rts.wait_ready(n, 1, timeout=120)
+    orphans = [n for n in NAMES if _owner(rts, holders, n) == "op-b"]
+    assert orphans, "op-b owns none of the 12 runtimes"
+    b.signal(signal.SIGKILL)
+    b.wait_exit(10)
+    t0 = time.monotonic()
+    for n in orphans:
+        rts.set_image(n, "example/tool:2")
+    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=4 * LEASE_SECONDS + 15,
+             interval=0.1, what="op-a holds every range")
+    took = time.monotonic() - t0
+    for n in orphans:
+        rts.wait_ready(n, 2, timeout=120)
+    handed = time.monotonic() - t0
+    print(f"after SIGKILL: every range held by op-a in {took:.2f}s, the dead replica's {len(orphans)} "
+          f"runtimes handed off in {handed:.2f}s (Lease duration {LEASE_SECONDS}s)")
+    assert {rts.status(n)["holder"] for n in orphans} == {"op-a"}
+    assert a.metric("baton_shard_ranges_held") == RANGES
+
+
+def test_sigterm_hands_the_ranges_back_and_the_other_takes_them(
+        operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
+    _start(operators, namespace, "op-a")
+    b = _start(operators, namespace, "op-b")
+    wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    coord = client.CoordinationV1Api(cluster.api_client)
+    b.signal(signal.SIGTERM)
+    b.wait_exit(30)
+    # Released on the way out (holder cleared), and op-b's membership Lease deleted.
+    released = _holders(cluster, namespace)
+    assert "op-b" not in released.values(), released
+    members = [lz.spec.holder_identity for lz in coord.list_namespaced_lease(
+        namespace, label_selector="baton.dev/component=shard-member").items]
+    assert members == ["op-a"], members
+    # op-a's share is now all of them: released ranges are free at once (no expiry to wait for).
+    t0 = time.monotonic()
+    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=LEASE_SECONDS + 10, what="op-a holds every range")
+    print(f"after op-b's SIGTERM: every range held by op-a in {time.monotonic() - t0:.2f}s")
+    rts.create(runtime_manifest("after"))
+    rts.wait_ready("after", 1, timeout=60)
+    assert rts.status("after")["holder"] == "op-a"
