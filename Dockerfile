@@ -4,10 +4,14 @@
 #     --build-arg REVISION="$(git rev-parse HEAD)" --build-arg SOURCE=<URL of this repository> .
 # Reproducible inputs: the base image by digest (PYTHON_IMAGE) and every Python distribution by
 # version and sha256 (requirements/image.lock, installed with --require-hashes; regenerate it
-# with hack/lock-image.sh). Only the digest decides what is pulled; the tag before it says which
-# image it is. The digest is python:3.11.7-slim-bookworm's as pinned in public Dockerfiles; check
-# it where a registry is reachable: docker buildx imagetools inspect python:3.11.7-slim-bookworm
-ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm@sha256:637774748f62b832dc11e7b286e48cd716727ed04b45a0322776c01bc526afc3
+# with hack/lock-image.sh, with the same Python minor version). Only the digest decides what is
+# pulled; the tag before it says which image it is: CPython 3.13 on Debian 13 (trixie).
+# The digest is the index digest of python:3.13.14-slim-trixie as docker-library/repo-info
+# recorded it from Docker Hub (repos/python/remote/3.13.14-slim-trixie.md, image built
+# 2026-08-05). No registry is reachable from the machines this was written on, so it was not
+# pulled here: check it, and move it to the newest 3.13 patch, where a registry is reachable:
+#   docker buildx imagetools inspect python:3.13-slim-trixie
+ARG PYTHON_IMAGE=python:3.13.14-slim-trixie@sha256:9662417aace5ae7b8e2609cce472b72a8958e134ba372808abe9cc1a0c0125e6
 
 # --- build: the package and its dependencies into a venv at /opt/baton ----------------------
 FROM ${PYTHON_IMAGE} AS build
@@ -39,6 +43,15 @@ LABEL org.opencontainers.image.title="baton" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="${LICENSES}"
 COPY --from=build /opt/baton /opt/baton
+# No installer in the image: the venv has none (hack/image-install.sh uninstalls pip, setuptools
+# and wheel), and the base's own goes here (the official image's pip and its scripts, the wheels
+# ensurepip and Debian's python3-venv keep). Only removals: nothing is installed in this stage.
+RUN rm -rf /usr/local/bin/pip /usr/local/bin/pip3* /usr/local/lib/python3*/site-packages/pip \
+      /usr/local/lib/python3*/site-packages/pip-*.dist-info /usr/local/lib/python3*/ensurepip/_bundled \
+      /usr/share/python-wheels \
+ && for py in python3 /opt/baton/bin/python; do \
+      PYTHONDONTWRITEBYTECODE=1 "$py" -c "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in ('pip', 'setuptools', 'wheel')))"; \
+    done
 ENV PATH=/opt/baton/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1

@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps chaos chaos-summary model-check mutations
+.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps bench-gateway chaos chaos-summary model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -70,6 +70,18 @@ bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Depl
 COUNT ?= 2000
 bench-configmaps: $(PY_DEPS) tools ## peak operator RSS, COUNT ConfigMaps of 100 KiB in the cluster (BASELINE=DIR: another operator tree beside it)
 	$(PY) -m bench.configmap_rss --count $(COUNT) $(if $(BASELINE),--baton-path $(BASELINE))
+
+HANDOFFS ?= 50
+RATE ?= 20
+LAT_RATE ?= 200
+LAT_CALLS ?= 4000
+TPUT_SECONDS ?= 15
+CONCURRENCY ?= 16
+RSS_RUNTIMES ?= 1000
+SKIP ?=
+bench-gateway: $(PY_DEPS) tools ## calls failed during handoffs (direct, gateway, Recreate, RollingUpdate), gateway latency, calls/s per core, RSS (quick: HANDOFFS=5 LAT_CALLS=1000 RSS_RUNTIMES=100)
+	$(PY) -m bench.gateway --handoffs $(HANDOFFS) --rate $(RATE) --lat-rate $(LAT_RATE) --lat-calls $(LAT_CALLS) \
+		--tput-seconds $(TPUT_SECONDS) --concurrency $(CONCURRENCY) --rss-runtimes $(RSS_RUNTIMES) $(if $(SKIP),--skip $(SKIP))
 
 test-unit: $(PY_DEPS) ## tests/unit only (pure, no cluster; not tests/model: make test and make model-check run that)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

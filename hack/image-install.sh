@@ -5,6 +5,9 @@
 #   hack/image-install.sh VENV SRC
 #     VENV  where to create the virtualenv the final image copies (/opt/baton in the image)
 #     SRC   the copied source tree (pyproject.toml, README.md, operator/, requirements/image.lock)
+# The venv ends without an installer: pip, setuptools and wheel are needed only to install (the
+# venv's pip, and setuptools/wheel as the locked build backend) and are uninstalled at the end, so
+# the image the final stage copies has no pip, setuptools or wheel (nothing in it can install).
 set -eu
 venv="$1"
 src="$2"
@@ -19,7 +22,16 @@ python3 -m venv "$venv"
 "$venv/bin/pip" install --no-deps --no-build-isolation --no-index "$src"
 # The lock is complete: every requirement of every installed distribution is satisfied.
 "$venv/bin/pip" check
-# The package must import from the venv alone, and the entrypoint must answer.
+# The installers go: the build backend first, then pip uninstalls itself.
+"$venv/bin/pip" uninstall --yes --quiet setuptools wheel
+"$venv/bin/python" -m pip uninstall --yes --quiet pip
 cd /
+if ls "$venv"/bin/pip* >/dev/null 2>&1 || ! "$venv/bin/python" -c \
+    "import importlib.util as u, sys; sys.exit(any(u.find_spec(m) for m in ('pip', 'setuptools', 'wheel')))"; then
+  echo "image-install: pip, setuptools or wheel is left in $venv" >&2
+  exit 1
+fi
+# The package must import from the venv alone (no installer needed at run time), and the
+# entrypoint must answer.
 "$venv/bin/python" -c "import baton, baton.activities, kopf, kubernetes, prometheus_client"
 "$venv/bin/python" -m baton --help >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """kind on these machines: podman as kind's provider, images built here, no registry (docs/kind.md).
 
-    hack/kind.py up   [--dir DIR] [--name NAME]  build what is missing, create the cluster, write
+    hack/kind.py up   [--dir DIR] [--name NAME]  build what is missing, create the cluster, load the
+                                                operator and tool-server images into it, write
                                                 DIR/kind-kubeconfig (printed on stdout)
     hack/kind.py down [--dir DIR]                delete it and undo every host change `up` made
     hack/kind.py build                           only the builds (tools, node image), cached
@@ -13,8 +14,8 @@
 
 Needs root. Every build is cached outside the work tree under ~/.cache/baton (BATON_KIND_CACHE),
 keyed by the content of its inputs: the Go tools by hack/build-tools.sh, the node image by
-hack/kind/node/ and the versions, the Debian python base by the suite, the wheelhouse by
-requirements/image.lock, the operator and tool-server images by their build contexts.
+hack/kind/node/ and the versions, the Debian python base by KIND_PYTHON_SUITE, the wheelhouse by
+requirements/image.lock and the base's Python version, the operator and tool-server images by their build contexts.
 
 What `up` changes on the host, recorded in DIR/kind/host.json before it is changed, and undone by
 `down` (also after a failed `up`): podman's storage, network config and state live under
@@ -411,6 +412,15 @@ def up(d: Path, name: str) -> Path:
             env=env, timeout=400, capture=False)
         wait_node_ready(str(built.kind_bin / "kubectl"), kubeconfig)
         log(f"cluster {name} Ready in {time.monotonic() - t0:.0f}s (image load included)")
+        # The operator and tool-server images in the node, so that the chart and examples/*.yaml
+        # run as written (the images are never pulled: no registry holds them).
+        imgs = app_images()
+        for archive in (imgs.operator_archive, imgs.toolserver_archive):
+            load_archive(built.kind, name, archive, env)
+        repo, _, tag = imgs.operator.rpartition(":")
+        log(f"loaded {imgs.operator} and {imgs.toolserver}; install the chart with: helm install baton "
+            f"charts/baton -n baton-system --create-namespace --set image.repository={repo} "
+            f"--set image.tag={tag} --set image.pullPolicy=Never")
     except BaseException:
         log("up failed: removing what it created")
         down(d)
@@ -441,23 +451,48 @@ def down(d: Path) -> None:
 # --- the images the e2e tests run ---------------------------------------------------------
 
 
-def python_base(env: dict[str, str]) -> str:
-    """localhost/baton-python:<suite> in the storage of ENV: Debian's python3 with venv, from a
-    cached mmdebstrap root filesystem (the Dockerfile's PYTHON_IMAGE where no registry is)."""
+def dockerfile_python() -> str:
+    """The Python minor version of the Dockerfile's PYTHON_IMAGE (python:3.13.14-slim-… -> 3.13)."""
+    for line in (REPO / "Dockerfile").read_text().splitlines():
+        if line.startswith("ARG PYTHON_IMAGE=python:"):
+            return ".".join(line.partition(":")[2].split(".")[:2])
+    raise KindError("Dockerfile: no ARG PYTHON_IMAGE=python:<version>-… line")
+
+
+def python_rootfs() -> tuple[Path, str]:
+    """Debian KIND_PYTHON_SUITE's python3 with venv as a root filesystem directory, cached:
+    (the directory, its Python minor version). The Dockerfile's PYTHON_IMAGE where no registry
+    is: its Python minor version must be the Dockerfile's (the lock's markers, the wheels' ABI)."""
     v = versions()
-    suite = v["KIND_DEBIAN_SUITE"]
+    suite = v["KIND_PYTHON_SUITE"]
     mirror = os.environ.get("KIND_DEBIAN_MIRROR", "http://deb.debian.org/debian")
     out = CACHE / f"kind-python-{suite}-{digest(suite, mirror, 'python3,python3-venv')}"
-    rootfs = out / "rootfs.tar"
+    rootfs = out / "rootfs"
     with locked(out):
         if not rootfs.exists():
             log(f"mmdebstrap {suite} with python3 into {out}")
+            t0 = time.monotonic()
             security = os.environ.get("KIND_DEBIAN_SECURITY", "http://deb.debian.org/debian-security")
-            run("mmdebstrap", "--quiet", "--variant=apt", "--include=python3,python3-venv", suite,
-                f"{rootfs}.part", f"deb {mirror} {suite} main", f"deb {mirror} {suite}-updates main",
+            part = out / "rootfs.part"
+            shutil.rmtree(part, ignore_errors=True)
+            run("mmdebstrap", "--quiet", "--variant=apt", "--format=directory",
+                "--include=python3,python3-venv", suite,
+                part, f"deb {mirror} {suite} main", f"deb {mirror} {suite}-updates main",
                 f"deb {security} {suite}-security main", timeout=900)
-            os.replace(f"{rootfs}.part", rootfs)
-    image = f"localhost/baton-python:{suite}"
+            os.replace(part, rootfs)
+            log(f"python base rootfs ({suite}) built in {time.monotonic() - t0:.0f}s")
+    # /usr/bin/python3 -> python3.13: the interpreter the images run.
+    have = os.readlink(rootfs / "usr" / "bin" / "python3").removeprefix("python")
+    want = dockerfile_python()
+    if have != want:
+        raise KindError(f"Debian {suite} has Python {have}, the Dockerfile's PYTHON_IMAGE {want}: "
+                        "set KIND_PYTHON_SUITE in hack/versions.env to a suite with Python " + want)
+    return rootfs, have
+
+
+def python_base(env: dict[str, str], rootfs: Path) -> str:
+    """localhost/baton-python:<suite> in the storage of ENV, from python_rootfs()."""
+    image = f"localhost/baton-python:{versions()['KIND_PYTHON_SUITE']}"
     c = run("buildah", "from", "scratch", env=env).stdout.strip()
     run("buildah", "add", "--quiet", c, rootfs, "/", env=env)
     # A scratch image has no PATH: the Dockerfile's ENV extends it.
@@ -467,16 +502,17 @@ def python_base(env: dict[str, str]) -> str:
     return image
 
 
-def wheelhouse() -> Path:
-    """requirements/image.lock's wheels, downloaded on the host (pip inside a build cannot
-    check TLS certificates here), checked against the lock's hashes."""
+def wheelhouse(python: str) -> Path:
+    """requirements/image.lock's wheels for Python PYTHON (the base's, not the host's),
+    downloaded on the host (pip inside a build cannot check TLS certificates here), checked
+    against the lock's hashes."""
     lock = REPO / "requirements" / "image.lock"
-    out = CACHE / f"wheels-{digest(lock)}"
+    out = CACHE / f"wheels-{digest(lock, python)}"
     with locked(out):
         if not (out / ".ok").exists():
             run(sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                "--no-deps", "--only-binary=:all:", "--require-hashes", "-r", lock, "-d", out,
-                timeout=900)
+                "--no-deps", "--only-binary=:all:", "--python-version", python, "--require-hashes",
+                "-r", lock, "-d", out, timeout=900)
             (out / ".ok").touch()
     return out
 
@@ -487,6 +523,9 @@ OPERATOR_CONTEXT = [REPO / p for p in ("Dockerfile", ".dockerignore", "hack/imag
                                        "requirements/image.lock", "pyproject.toml", "README.md",
                                        "operator")]
 TOOLSERVER = REPO / "tests" / "e2e" / "toolserver"
+# The tool server's name is fixed (the archive is keyed by content): examples/*.yaml name it, so
+# they run as written on a cluster of this route (tests/e2e/test_incluster.py applies one).
+TOOLSERVER_IMAGE = "localhost/baton-toolserver:e2e"
 
 
 @dataclass
@@ -500,21 +539,21 @@ class AppImages:
 def app_images() -> AppImages:
     """The operator image from the project's Dockerfile and the tool-server image, built with
     buildah on the Debian python base, offline (--network none, --pull-never), cached."""
-    wheels = wheelhouse()
-    v = versions()
-    base_key = digest(v["KIND_DEBIAN_SUITE"], wheels.name)
+    rootfs, python = python_rootfs()
+    wheels = wheelhouse(python)
+    base_key = digest(rootfs.parent.name, wheels.name)
     op_key = digest(base_key, *OPERATOR_CONTEXT)
     ts_key = digest(base_key, TOOLSERVER)
     out = CACHE / "kind-app-images"
     result = AppImages(operator=f"localhost/baton:e2e-{op_key}",
                        operator_archive=out / f"baton-{op_key}.tar",
-                       toolserver=f"localhost/baton-toolserver:e2e-{ts_key}",
+                       toolserver=TOOLSERVER_IMAGE,
                        toolserver_archive=out / f"toolserver-{ts_key}.tar")
     with locked(out):
         if result.operator_archive.exists() and result.toolserver_archive.exists():
             return result
         with build_storage(out) as env:
-            base = python_base(env)
+            base = python_base(env, rootfs)
             common = ["buildah", "build", "--quiet", "--pull-never", "--network", "none",
                       "--layers=false", "--build-arg", f"PYTHON_IMAGE={base}"]
             if not result.operator_archive.exists():
@@ -528,6 +567,10 @@ def app_images() -> AppImages:
                 run(*common, "-f", TOOLSERVER / "Containerfile", "-t", result.toolserver,
                     TOOLSERVER, env=env, timeout=600)
                 _save(result.toolserver, result.toolserver_archive, env)
+            # The size docs/kind.md quotes: podman's figure (uncompressed layers) of each image.
+            sizes = run("podman", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
+                        env=env).stdout.strip()
+            log("image sizes (podman image ls): " + "; ".join(sizes.splitlines()))
         prune(out.glob("*.tar"), keep=result.operator_archive, also_keep=result.toolserver_archive)
     return result
 

@@ -5,7 +5,8 @@
 # requirements/build.in (what building the baton wheel needs).
 #   hack/lock-image.sh            rewrite the lock (pip-tools in a throw-away venv)
 #   hack/lock-image.sh --upgrade  also move every pin to the newest allowed version
-# Run it with the image's Python minor version (3.11): environment markers resolve for it.
+# Run it with the image's Python minor version (3.13; e.g. PATH with a python3 -> python3.13 first):
+# environment markers resolve for it.
 # tests/integration/test_image_lock.py checks the lock against pyproject.toml.
 set -eu
 root="$(cd "$(dirname "$0")/.." && pwd)"

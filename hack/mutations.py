@@ -52,9 +52,9 @@ class Mutation:
 MUTATIONS = [
     Mutation(
         "create-before-gone", "a terminating pod counts as gone, and Creating does not look for other pods",
-        "operator/baton/lifecycle/retire.py",
-        (("    old = o.pod_by_uid(t.from_uid)\n    if old is None:\n        return _retire_done(o, t, now)\n    if t.forced:",
-          "    old = o.pod_by_uid(t.from_uid)\n    if old is None or old.deleting:\n        return _retire_done(o, t, now)\n    if t.forced:"),),
+        "operator/baton/lifecycle/cleanup.py",
+        (("    old = o.pod_by_uid(t.from_uid)\n    if old is None:\n        return retire.retire_done(o, t, now)\n    if t.forced:",
+          "    old = o.pod_by_uid(t.from_uid)\n    if old is None or old.deleting:\n        return retire.retire_done(o, t, now)\n    if t.forced:"),),
         elsewhere=(("operator/baton/lifecycle/create.py", "    if others:\n        stray = others[0]",
                     "    if False:\n        stray = others[0]"),),
     ),
@@ -151,8 +151,8 @@ MUTATIONS = [
     Mutation(
         "end-creating-unread", "a Creating transition ends (suspended) without reading the pod name first",
         "operator/baton/lifecycle/create.py",
-        (("        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status)), 0, \"nothing to create\")\n",
-          "        return p.Plan((p.WriteStatus(status),), 0, \"nothing to create\")\n"),),
+        (("        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status), *steady.new_warnings(o.status, status)), 0,\n",
+          "        return p.Plan((p.WriteStatus(status), *steady.new_warnings(o.status, status)), 0,\n"),),
     ),
     Mutation(
         "keep-gone-pod-in-view", "a stop-admission patch answered 'UID gone' leaves the pod in a view that is behind",

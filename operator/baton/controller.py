@@ -26,7 +26,7 @@ from baton import drainprobe, execute, exporter, metrics, probing, reconcile, se
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
-from baton.cache import store, views as views_mod
+from baton.cache import snapshot, store, views as views_mod
 from baton.k8s import client
 from baton.model import names
 from baton.sharding import keeper as shard_keeper
@@ -45,7 +45,7 @@ class Controller:
         self.settings = settings
         self.clock = clock
         self.views = views_mod.Views(namespaces=settings.namespaces, watch_configmaps=settings.watch_configmaps,
-                                     watch_secrets=settings.watch_secrets)
+                                     watch_secrets=settings.watch_secrets, system_namespace=settings.system_namespace)
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views, clock=clock, faults=faults)
         self.configs = triggers.ConfigIndex(on_unreferenced=self.views.forget_config)
@@ -54,11 +54,12 @@ class Controller:
         self.probes = probing.Probes(
             prober=drainprobe.Prober(allowed=settings.probe_allowed), concurrency=settings.probe_concurrency,
             clock=clock, wake=lambda key: self.wake(*key))
+        self.gateways = sealing.ApiGateways(namespace=settings.system_namespace, clock=clock)
         self.reconciler = reconcile.Reconciler(
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
             probes=self.probes, clock=clock, configs=self.configs,
-            gateways=sealing.ApiGateways(namespace=settings.system_namespace, clock=clock),
+            gateways=self.gateways,
         )
         # One replica of the installation reports the per-runtime series (baton.exporter).
         self.exporter = exporter.Exporter(
@@ -102,6 +103,8 @@ class Controller:
         v.services.listeners.append(self._listener(triggers.by_label(names.LABEL_RUNTIME)))
         v.slices.listeners.append(self._listener(triggers.by_label(views_mod.SERVICE_NAME_LABEL)))
         v.leases.listeners.append(self._listener(triggers.on_lease(names.LABEL_RUNTIME)))
+        v.gateway_pods.listeners.append(self._listener(
+            lambda old, new: triggers.on_gateway_pod(old, new, endpoint=snapshot.gateway_endpoint, routed=self._routed)))
         if v.configmaps is not None:
             v.configmaps.listeners.append(self._listener(self.configs.on_config("ConfigMap")))
         if v.secrets is not None:
@@ -115,6 +118,11 @@ class Controller:
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
         self._exporting = asyncio.create_task(self.exporter.run(), name="baton metrics lease")
+
+    def _routed(self) -> list[Key]:
+        """The runtimes in view whose spec asks for the gateway (their EndpointSlice lists its pods)."""
+        return [store.key_of(rt) for rt in self.views.runtimes.items()
+                if (((rt.get("spec") or {}).get("service") or {}).get("gateway") is True)]
 
     async def _resync_forever(self) -> None:
         """Every resync_seconds, each runtime in view gets a pass within the next period (an
@@ -282,6 +290,7 @@ class Controller:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.exporter.release()
         await self.probes.close()
+        await self.gateways.close()
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))
         await self.executor.leases.release_all()

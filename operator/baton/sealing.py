@@ -54,6 +54,9 @@ class ApiGateways:
     async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
         return await gw.inflight(replica, uid=uid)
 
+    async def close(self) -> None:
+        await gw.close()
+
 
 def applies(o: observed_mod.Observed) -> bool:
     """The runtime is routed through the gateway."""

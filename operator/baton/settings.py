@@ -203,6 +203,7 @@ class _GatewayEnv(_Env):
     max_held_per_runtime: int = _f("BATON_GATEWAY_MAX_HELD", 1000, ge=1, le=100000)
     max_held_body_bytes: int = _f("BATON_GATEWAY_MAX_HELD_BODY_BYTES", 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
     idle_timeout_seconds: int = _f("BATON_GATEWAY_IDLE_SECONDS", 300, ge=1, le=86400)
+    header_timeout_seconds: int = _f("BATON_GATEWAY_HEADER_SECONDS", 10, ge=1, le=300)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -228,6 +229,9 @@ class GatewaySettings:
     max_held_body_bytes: int = 1024 * 1024
     connect_timeout_seconds: float = 3.0
     idle_timeout_seconds: float = 300.0
+    # A connection's first request head (request line and headers) must arrive within this
+    # (slowloris: a client dribbling its headers holds a connection no longer).
+    header_timeout_seconds: float = 10.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "GatewaySettings":
@@ -253,4 +257,5 @@ class GatewaySettings:
             max_held_per_runtime=p.max_held_per_runtime,
             max_held_body_bytes=p.max_held_body_bytes,
             idle_timeout_seconds=float(p.idle_timeout_seconds),
+            header_timeout_seconds=float(p.header_timeout_seconds),
         )

@@ -79,6 +79,17 @@ def on_lease(label: str) -> Trigger:
     return trigger
 
 
+def on_gateway_pod(old: dict[str, Any] | None, new: dict[str, Any] | None, *,
+                   endpoint: Callable[[dict[str, Any] | None], object],
+                   routed: Callable[[], Iterable[Key]]) -> list[Wake]:
+    """A gateway pod that starts or stops taking calls (`endpoint` of it changed: Ready, IP, port,
+    deletion) changes the EndpointSlice of every runtime routed through the gateway; any other
+    change of it (a status heartbeat, a label) wakes none."""
+    if endpoint(old) == endpoint(new):
+        return []
+    return [(key, 0.0) for key in routed()]
+
+
 class ConfigIndex:
     """(namespace, kind, name) of a ConfigMap/Secret -> the runtimes whose template references it.
     `on_unreferenced(namespace, kind, name)` hears of an object no runtime references any more."""

@@ -55,7 +55,8 @@ def _load(kind_cluster: Cluster) -> Images:
     assert route is not None, "the kind_cluster fixture sets .kind"
     if route.docker:
         # A laptop with Docker: the Dockerfile's pinned python base, `kind load docker-image`.
-        ops, tool = "baton:e2e", "baton-toolserver:e2e"
+        # The tool server under the name examples/*.yaml use (hack/kind.py TOOLSERVER_IMAGE).
+        ops, tool = "baton:e2e", load_kind_module().TOOLSERVER_IMAGE
         for tag, ctx, extra in ((ops, ROOT, []), (tool, TOOLSERVER, ["-f", str(TOOLSERVER / "Containerfile")])):
             subprocess.run(["docker", "build", "-t", tag, *extra, str(ctx)], check=True, timeout=1200)
             subprocess.run([str(route.kind), "load", "docker-image", "--name", route.name, tag],
@@ -436,6 +437,35 @@ def test_helm_test_passes_on_the_installed_release(kind_cluster: Cluster, releas
     proc = kind_cluster.helm("test", RELEASE, "-n", release, "--timeout", "180s", timeout=240)
     assert re.search(r"^TEST SUITE:\s+\S+-test-metrics$", proc.stdout, re.M), proc.stdout
     assert re.search(r"^Phase:\s+Succeeded$", proc.stdout, re.M), proc.stdout
+
+
+def test_an_example_runs_as_written(kind_cluster: Cluster, release: str, images: Images) -> None:
+    """examples/mcp-server.yaml applied unmodified (its namespace `agents`, its Secret, the tool
+    server image the route loaded) under the installed chart: generation 1 Ready, its Service
+    in front, the pod running the example's image."""
+    example = ROOT / "examples" / "mcp-server.yaml"
+    core = client.CoreV1Api(kind_cluster.api_client)
+    ns = "agents"  # the namespace the example names
+    core.create_namespace({"metadata": {"name": ns, "labels": {"baton.dev/test": "true"}}})
+    rts = Runtimes(kind_cluster.api_client, ns)
+    try:
+        wait_for(lambda: read_or_none(lambda: core.read_namespaced_service_account("default", ns)) is not None,
+                 timeout=60, what=f"ServiceAccount {ns}/default")
+        kind_cluster.kubectl("apply", "-f", str(example))
+        rts.wait_ready("search-mcp", 1, timeout=240)
+        [pod] = rts.pods("search-mcp")
+        assert [c.image for c in pod.spec.containers] == [images.toolserver]
+        assert all(s.ready for s in pod.status.container_statuses), pod.status.container_statuses
+        svc = core.read_namespaced_service("search-mcp", ns)
+        assert svc.spec.session_affinity == "ClientIP"
+        print(kind_cluster.kubectl("get", "trt,pods,svc", "-n", ns, "-o", "wide").stdout)
+    finally:
+        # The operator still runs: it retires the generation and removes its finalizer.
+        kind_cluster.kubectl("delete", "-f", str(example), "--ignore-not-found", "--wait=true",
+                             "--timeout=180s", check=False, timeout=240)
+        core.delete_namespace(ns)
+        wait_for(lambda: read_or_none(lambda: core.read_namespace(ns)) is None, timeout=180,
+                 what=f"namespace {ns} deleted")
 
 
 def test_helm_uninstall_leaves_no_baton_pod(kind_cluster: Cluster, release: str) -> None:

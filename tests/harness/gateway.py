@@ -129,9 +129,10 @@ def rpc(method: str = "tools/call", rid: int | str = 1, **params: Any) -> bytes:
 
 
 def call(port: int, host: str, *, body: bytes | None = None, method: str = "POST", path: str = "/mcp",
-         headers: dict[str, str] | None = None, timeout: float = 60) -> Reply:
-    """One call to the gateway on 127.0.0.1:`port` with Host `host` (a new connection each time)."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+         headers: dict[str, str] | None = None, timeout: float = 60, address: str = "127.0.0.1") -> Reply:
+    """One call to the gateway on `address` (loopback):`port` with Host `host` (a new connection each time)."""
+    assert_loopback(address)
+    conn = http.client.HTTPConnection(address, port, timeout=timeout)
     t0 = time.monotonic()
     try:
         conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)

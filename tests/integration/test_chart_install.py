@@ -81,7 +81,7 @@ def operator_as_chart_sa(cluster: Any, operators: Start, tmp_path: Path, release
     # Settings as the chart sets them, except what a test must keep local: its ports, short
     # Leases, and probes only to loopback (tests never dial other addresses).
     keep = ("BATON_SHUTDOWN_GRACE_SECONDS", "BATON_LOG_LEVEL", "BATON_NAMESPACES",
-            "BATON_WATCH_CONFIGMAPS", "BATON_WATCH_SECRETS")
+            "BATON_WATCH_CONFIGMAPS", "BATON_WATCH_SECRETS", "BATON_SYSTEM_NAMESPACE")
     settings = {k: env[k] for k in keep}
     assert settings["BATON_NAMESPACES"] == ",".join(namespaces)
     return operators("chart-sa", namespaces=namespaces or None, kubeconfig=kubeconfig, env=settings)
@@ -133,6 +133,8 @@ GRANTED = [
     ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"),
     ("create", "events"), ("patch", "events"),
     ("list", "endpointslices.discovery.k8s.io"), ("watch", "endpointslices.discovery.k8s.io"),
+    ("create", "endpointslices.discovery.k8s.io"), ("patch", "endpointslices.discovery.k8s.io"),
+    ("delete", "endpointslices.discovery.k8s.io"),
     ("get", "configmaps"), ("list", "configmaps"), ("watch", "configmaps"),
     ("list", "toolruntimeclaims.baton.dev"), ("watch", "toolruntimeclaims.baton.dev"),
     ("patch", "toolruntimeclaims.baton.dev/status"),
@@ -146,6 +148,7 @@ DENIED = [
     ("delete", "toolruntimeclaims.baton.dev"), ("update", "toolruntimeclaims.baton.dev/status"),
     ("create", "pods/exec"), ("get", "pods/log"), ("create", "pods/eviction"),
     ("update", "pods"), ("create", "pods/ephemeralcontainers"), ("update", "services"),
+    ("update", "endpointslices.discovery.k8s.io"),
     ("create", "secrets"), ("update", "secrets"), ("create", "configmaps"),
     ("create", "serviceaccounts/token"), ("create", "deployments.apps"),
     ("create", "rolebindings.rbac.authorization.k8s.io"), ("patch", "leases.coordination.k8s.io"),
@@ -202,6 +205,10 @@ def test_namespaced_install_least_privilege_and_operator_on_its_token(
         rows += [("list", "toolruntimes.baton.dev", other, False), ("create", "pods", other, False),
                  ("get", "secrets", other, False), ("list", "secrets", other, False),
                  ("create", "leases.coordination.k8s.io", other, False)]
+    # The gateway's pods in the release namespace: watched (their Ready ones are the endpoints of
+    # runtimes routed through the gateway), never read by name or written.
+    rows += [("list", "pods", "release ns", True), ("watch", "pods", "release ns", True),
+             ("get", "pods", "release ns", False), ("create", "endpointslices.discovery.k8s.io", "release ns", False)]
     rows += [(v, r, "cluster", False) for v, r in CLUSTER_DENIED]
     table = check_matrix(cluster, user, rows, where, "namespaced scope (watch.namespaces=[watched ns])")
     listing = cluster.kubectl("auth", "can-i", "--list", "--as", user, "-n", namespace).stdout

@@ -178,6 +178,7 @@ def test_every_value_is_documented() -> None:
     (["--set", "gateway.enable=true"], "additional properties 'enable' not allowed"),
     (["--set", "gateway.ports.call=9000"], "additional properties 'call' not allowed"),
     (["--set", "gateway.leaseSeconds=1"], "gateway/leaseSeconds"),
+    (["--set", "gateway.headerSeconds=0"], "gateway/headerSeconds"),
     (["--set-json", 'gateway={"allowedCidrs":["10.0.0.0"]}'], "does not match pattern"),
 ])
 def test_values_typo_fails_with_the_schema_message(args: list[str], message: str) -> None:
@@ -458,6 +459,7 @@ def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
         "BATON_GATEWAY_ADMIN_BIND": ":8082",
         "BATON_GATEWAY_ALLOWED_CIDRS": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8",
         "BATON_GATEWAY_LEASE_SECONDS": "15",
+        "BATON_GATEWAY_HEADER_SECONDS": "10",
         "BATON_METRICS_BIND": ":8080",
         "BATON_HEALTH_BIND": ":8081",
         "BATON_SHUTDOWN_GRACE_SECONDS": "25",

@@ -86,6 +86,9 @@ def test_unknown_state_and_missing_fields_are_refused(cluster: Any, crd: None, n
 def test_columns_short_name_and_category(cluster: Any, crd: None, namespace: str, tmp_path: Any) -> None:
     apply(cluster, namespace, claim("plan-42-b", state="CommitEligible"), tmp_path)
     lines = cluster.kubectl("get", "trc", "-n", namespace).stdout.splitlines()
-    assert lines[0].split() == ["NAME", "RUNTIME", "GENERATION", "FORK", "BRANCH", "STATE", "AGE"]
+    assert lines[0].split() == ["NAME", "RUNTIME", "GENERATION", "FORK", "BRANCH", "STATE", "BOUND", "AGE"]
+    wide = cluster.kubectl("get", "trc", "-n", namespace, "-o", "wide").stdout.splitlines()
+    assert wide[0].split() == ["NAME", "RUNTIME", "GENERATION", "FORK", "BRANCH", "STATE", "BOUND", "AGE", "REASON",
+                               "MESSAGE"]
     assert lines[1].split()[:6] == ["plan-42-b", "search-mcp", "7", "plan-42", "b", "CommitEligible"]
     assert "plan-42-b" in cluster.kubectl("get", "baton", "-n", namespace).stdout

@@ -1,4 +1,5 @@
-"""The README's quickstart on a fresh clone: `make demo` sets up everything it needs by itself.
+"""The README's "Try it without a cluster" on a fresh clone: `make demo` sets up everything it
+needs by itself.
 
 The repository's HEAD (committed work only) is cloned into a temporary directory: no .venv, no
 .baton, no egg-info. `make demo` runs there with nothing else typed, in an environment stripped

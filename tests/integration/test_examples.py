@@ -1,5 +1,7 @@
 """examples/*.yaml run as they are: applied unmodified (namespace `agents` included) against the
-local plane with the CRD installed, admitted with their defaults, and run by the operator."""
+local plane with the CRD installed, admitted with their defaults, and run by the operator. Their
+images are the one the kind route builds (hack/kind.py), so they also run as written on kind
+(tests/e2e/test_incluster.py applies one there and sees it Ready)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from dev.wait import wait_for
 from harness import scenarios
+from harness.cluster import load_kind_module
 from harness.operator import OperatorProcess
 from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes
 
@@ -31,6 +34,18 @@ def test_there_are_examples_and_each_names_the_agents_namespace() -> None:
         kinds = [d["kind"] for d in docs(path)]
         assert kinds.count("ToolRuntime") == 1, (path.name, kinds)
         assert all(d["metadata"]["namespace"] == NS for d in docs(path)), path.name
+
+
+def test_every_example_image_is_one_the_kind_route_builds() -> None:
+    """No image that exists nowhere: each container runs the tool server hack/kind.py builds and
+    loads into the kind node, and is not pulled (no registry holds it)."""
+    built = load_kind_module().TOOLSERVER_IMAGE
+    for path in EXAMPLES:
+        [rt] = [d for d in docs(path) if d["kind"] == "ToolRuntime"]
+        pod = rt["spec"]["template"]["spec"]
+        for c in pod["containers"] + pod.get("initContainers", []):
+            assert c["image"] == built, f"{path.name}: container {c['name']} runs {c['image']}, not {built}"
+            assert c.get("imagePullPolicy", "IfNotPresent") in ("IfNotPresent", "Never"), (path.name, c)
 
 
 @pytest.fixture

@@ -987,12 +987,14 @@ class Replica:
             if self.clock.monotonic() - held.renewed >= max(0.5, held.duration / 3):
                 self._run(self.executor.leases.renew_once((NS, RT), lambda: None))
 
-    def decide(self) -> tuple[snapshot.Snapshot, plan.Plan] | None:
-        """The first half of a pass (None: the runtime is gone, its Lease abandoned)."""
+    def decide(self, *, standing_down: bool = False) -> tuple[snapshot.Snapshot, plan.Plan] | None:
+        """The first half of a pass (None: the runtime is gone, its Lease abandoned).
+        `standing_down`: the pass a replica runs for a runtime that is no longer its own (its
+        range moved to another replica, or SIGTERM): persist, hand the Lease back, start nothing."""
         if not self.lagging:
             self.catch_up()
         planned: tuple[snapshot.Snapshot, plan.Plan] | None = self._run(
-            self.reconciler.decide((NS, RT), shutting_down=False))
+            self.reconciler.decide((NS, RT), shutting_down=standing_down))
         return planned
 
     def execute(self, snap: snapshot.Snapshot, planned: plan.Plan) -> bool:
@@ -1014,11 +1016,11 @@ class Replica:
     def _probe_answered(self, key: tuple[str, str]) -> None:
         self.probe_woken = True
 
-    def step(self) -> plan.Plan | None:
+    def step(self, *, standing_down: bool = False) -> plan.Plan | None:
         """One pass; None when the runtime is gone."""
         if self.paused_plan is not None:
             return None
-        got = self.decide()
+        got = self.decide(standing_down=standing_down)
         if got is None:
             self.last_wait = None
             return None

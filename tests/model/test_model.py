@@ -77,6 +77,14 @@ class BatonModel(RuleBasedStateMachine):
         for _ in range(passes):
             self.replicas[r].step()
 
+    @rule(r=replica_ix, passes=hs.integers(1, 2))
+    def stand_down_steps(self, r: int, passes: int) -> None:
+        """Sharding's range moves (and SIGTERM): the runtime stops being this replica's, whose
+        next passes stand down (Controller._turn: shutting_down); the others' passes go on."""
+        self._t("standdown", r, passes)
+        for _ in range(passes):
+            self.replicas[r].step(standing_down=True)
+
     @rule(r=replica_ix)
     def crash_and_restart(self, r: int) -> None:
         self._t("crash", r)

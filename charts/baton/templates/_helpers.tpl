@@ -154,9 +154,12 @@ Baton touches is namespaced, so the rules are the same in both scopes.
   verbs: ["create", "patch"]
 # Stop admission = wait until no EndpointSlice of the runtime's Service lists the old pod ready
 # (watched by label baton.dev/runtime, which the EndpointSlice controller copies from the Service).
+# With spec.service.gateway the Service has no selector and Baton writes its one EndpointSlice
+# (the gateway pods), deletes it when the field is turned off, and deletes the slices the
+# EndpointSlice controller left from when the Service had a selector.
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 {{- if .Values.rbac.readConfigMaps }}
 # ConfigMaps a pod template references: their data is part of the template hash, and a
 # watch on them starts the handoff when it changes (config-ref roll).

@@ -132,3 +132,20 @@ class Informer:
         log.warning("watch of %s (%s) failed: %s; again in %.1fs", self.kind, self.namespace or "all namespaces",
                     str(exc)[:300], delay)
         await asyncio.sleep(delay)
+
+
+async def wait_synced(informers: list[Informer], timeout: float) -> bool:
+    """Whether every one of `informers` listed within `timeout` (forbidden ones included)."""
+    try:
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in informers)), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+async def stop(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel the informers' tasks, wait until they have ended, and forget them."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    tasks.clear()

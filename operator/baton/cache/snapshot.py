@@ -105,6 +105,30 @@ def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -
     )
 
 
+def gateway_endpoint(pod: dict[str, Any] | None) -> observed_mod.GatewayEndpoint | None:
+    """A gateway pod as the runtime's EndpointSlice lists it: Running and Ready, not being
+    deleted, with an IP and a TCP container port named names.GATEWAY_PORT_NAME; else None."""
+    if pod is None:
+        return None
+    info = pod_info(pod)
+    if info.phase != "Running" or not info.ready or info.deleting or not info.ip:
+        return None
+    ports = [pt.get("containerPort") for c in (pod.get("spec") or {}).get("containers") or []
+             for pt in c.get("ports") or [] if pt.get("name") == names.GATEWAY_PORT_NAME and pt.get("protocol", "TCP") == "TCP"]
+    if not ports or not isinstance(ports[0], int) or isinstance(ports[0], bool):
+        return None
+    meta = pod.get("metadata") or {}
+    return observed_mod.GatewayEndpoint(pod=info.name, namespace=str(meta.get("namespace") or ""), uid=info.uid,
+                                        ip=info.ip, port=ports[0], node=(pod.get("spec") or {}).get("nodeName") or None)
+
+
+def slice_info(eps: dict[str, Any], runtime_uid: str) -> observed_mod.SliceInfo:
+    meta = eps.get("metadata") or {}
+    return observed_mod.SliceInfo(name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""),
+                                  manager=(meta.get("labels") or {}).get(names.LABEL_SLICE_MANAGED_BY),
+                                  owned=client.owned_by(eps, runtime_uid), shape=manifests.slice_shape(eps))
+
+
 def lease_info(lease: dict[str, Any] | None, default_duration: int, unchanged_seconds: float = 0.0) -> observed_mod.LeaseInfo:
     if lease is None:
         return observed_mod.LeaseInfo(exists=False, duration_seconds=default_duration)
@@ -143,9 +167,17 @@ def claim_info(obj: dict[str, Any]) -> claims_model.Claim | None:
             "name": meta["name"], "uid": meta.get("uid") or "", "runtime": (spec.get("runtimeRef") or {}).get("name") or "",
             "generation": spec.get("generation"), "fork": spec.get("fork"), "branch": spec.get("branch"),
             "state": spec.get("state"), "references": tuple(spec.get("references") or ()),
-            "phase": (obj.get("status") or {}).get("phase")})
+            "phase": (obj.get("status") or {}).get("phase"), "bound": _claim_bound(obj)})
     except (KeyError, TypeError, pydantic.ValidationError):
         return None
+
+
+def _claim_bound(obj: dict[str, Any]) -> str | None:
+    """The status of the claim's Bound condition, if it has one."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == claims_model.BOUND_CONDITION:
+            return str(c.get("status"))
+    return None
 
 
 def _error_text(exc: pydantic.ValidationError) -> str:
@@ -231,6 +263,8 @@ async def read_snapshot(
         endpoints_listed = (services.endpoints_list_pod_ready(
             views.slices.by_label(namespace, name), t.from_uid, t.from_pod or "")
             if views.known(views.slices, namespace) else True)
+    gateway = spec.service is not None and spec.service.gateway
+    gateway_endpoints = tuple(e for e in (gateway_endpoint(pd) for pd in views.gateway_pods.items()) if e is not None) if gateway else ()
     observed = observed_mod.Observed(
         namespace=namespace,
         name=name,
@@ -249,6 +283,9 @@ async def read_snapshot(
         lease=lease_info(lease, facts.lease_duration_seconds, memo.lease_unchanged_seconds(lease, clock.monotonic())),
         service=service_info(svc, uid),
         endpoints_list_retiring_pod=endpoints_listed,
+        gateway_endpoints=gateway_endpoints,
+        gateway_endpoints_known=gateway and views.known(views.gateway_pods, views.system_namespace),
+        slices=tuple(slice_info(eps, uid) for eps in views.slices.by_label(namespace, name)),
         claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
         claims_known=views.claims_known(namespace),
         missing_config_refs=tuple(missing),

@@ -4,7 +4,9 @@ one authoritative read of a runtime, reread_runtime).
 Selected on the server wherever the object carries Baton's label: pods, Leases, Services and
 EndpointSlices (the EndpointSlice controller copies a Service's labels onto its slices) by
 `baton.dev/runtime`; ToolRuntimes and ToolRuntimeClaims all (in the watched namespaces), claims
-indexed by the runtime they name (spec.runtimeRef.name). ConfigMaps and Secrets carry
+indexed by the runtime they name (spec.runtimeRef.name). The gateway's pods: those labelled
+baton.dev/component=gateway in the system namespace, one informer (the runtimes routed through
+the gateway list them in their EndpointSlice). ConfigMaps and Secrets carry
 the user's labels, not ours: watched only where the chart grants it, and metadata only
 (PartialObjectMetadata: the API server never sends their data, and the store keeps name, UID
 and resourceVersion). Their data is read by name only where a template references it
@@ -23,7 +25,7 @@ from baton.k8s import api as k8s_api
 from baton.k8s import configrefs, runtimes
 from baton.model import names
 
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+SERVICE_NAME_LABEL = names.LABEL_SERVICE_NAME
 
 # The API rules the informers need (apiGroup, resource, verbs); ConfigMaps and Secrets only where
 # the chart grants them (BATON_WATCH_CONFIGMAPS / BATON_WATCH_SECRETS). RBAC has no verb for a
@@ -54,8 +56,10 @@ def _names_only(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 class Views:
-    def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool) -> None:
+    def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool,
+                 system_namespace: str = "default") -> None:
         self.namespaces = namespaces
+        self.system_namespace = system_namespace
         self.runtimes = store_mod.Store(index_label=None)
         # ToolRuntimeClaims carry the user's labels, not ours: all of them, indexed by runtimeRef.
         self.claims = store_mod.Store(index_label=None, index_by=claim_runtime)
@@ -63,6 +67,7 @@ class Views:
         self.leases = store_mod.Store(selected_by=names.LABEL_RUNTIME)
         self.services = store_mod.Store(selected_by=names.LABEL_RUNTIME)
         self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=names.LABEL_RUNTIME)
+        self.gateway_pods = store_mod.Store(index_label=None, selected_by=names.LABEL_COMPONENT)
         self.configmaps = store_mod.Store(index_label=None, transform=_names_only) if watch_configmaps else None
         self.secrets = store_mod.Store(index_label=None, transform=_names_only) if watch_secrets else None
         # The data digests of referenced objects, by the version read (baton.k8s.configrefs).
@@ -102,7 +107,7 @@ class Views:
 
     def informer_count(self) -> int:
         """How many informers `start` runs: one per kind and watched namespace (or one per kind)."""
-        return len(self._kinds()) * max(1, len(self.namespaces))
+        return len(self._kinds()) * max(1, len(self.namespaces)) + 1
 
     def start(self, api: k8s_api.Api) -> None:
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
@@ -112,24 +117,24 @@ class Views:
                                                  store=store, label_selector=selector, metadata_only=metadata_only)
                 self.informers.append(informer)
                 self._tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'}"))
+        # The gateway's pods: one namespace, whatever the watched ones are (baton.k8s.gateways.RBAC).
+        gw = informer_mod.Informer(api, kind="Pod", group_version="v1", plural="pods", namespace=self.system_namespace,
+                                   store=self.gateway_pods,
+                                   label_selector=f"{names.LABEL_COMPONENT}={names.COMPONENT_GATEWAY}")
+        self.informers.append(gw)
+        self._tasks.append(asyncio.create_task(gw.run(), name=f"watch gateway pods {self.system_namespace}"))
 
     async def wait_synced(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+        return await informer_mod.wait_synced(self.informers, timeout)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await informer_mod.stop(self._tasks)
 
     def apply(self, obj: dict[str, Any] | None, kind: str = "") -> None:
         """Apply what a write returned to the views (read-your-writes)."""
         if not isinstance(obj, dict) or "metadata" not in obj:
             return
-        store = {"Pod": self.pods, "Lease": self.leases, "Service": self.services,
+        store = {"Pod": self.pods, "Lease": self.leases, "Service": self.services, "EndpointSlice": self.slices,
                  "ToolRuntime": self.runtimes, "ToolRuntimeClaim": self.claims}.get(kind or str(obj.get("kind") or ""))
         if store is not None:
             store.apply(obj)

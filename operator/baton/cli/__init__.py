@@ -6,7 +6,9 @@
   kubectl's durations (pure).
 - ``render``: tables, text, json and yaml output (pure).
 - ``completion``: the bash and zsh completion scripts, made from the parser (pure).
-- ``cluster``: the adapter on the official kubernetes client (the only module here doing API I/O).
+- ``kubeconfig``: the kubeconfig loader, as kubectl reads it (files, and an exec plugin run).
+- ``cluster``: the adapter on the API server over http.client (the only module here doing API I/O;
+  the plugin never imports the official client: its import alone was most of a call's time).
 
 It imports nothing of the operator but ``baton.model`` and ``baton.version`` (an import-linter
 contract in pyproject.toml).

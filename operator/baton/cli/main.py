@@ -11,6 +11,7 @@ Exit codes: 0 done; 1 refused or failed; 2 a usage error (argparse); 130 interru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, TextIO
 
@@ -145,7 +146,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
     io = verbs.Io(stdin=stdin or sys.stdin, stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
-    args = parser().parse_args(argv)
+    try:
+        return _main(parser().parse_args(argv), io)
+    except BrokenPipeError:
+        # The reader went away (`kubectl baton list | head -1`): nothing more to say, no traceback.
+        # stdout is pointed at /dev/null so that the interpreter's last flush fails no more.
+        if io.stdout is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(args: argparse.Namespace, io: verbs.Io) -> int:
     args.output = getattr(args, "output", "text")
     if args.verb == "version":
         data = {"name": "kubectl-baton", "version": baton.version()}
@@ -169,8 +180,8 @@ def main(argv: list[str] | None = None, *, stdin: TextIO | None = None, stdout: 
         print(f"error: {exc}", file=io.stderr)
     except cluster.ApiException as exc:
         print(f"error: {cluster.explain_api_error(exc)}", file=io.stderr)
-    except (cluster.HTTPError, OSError) as exc:
-        print(f"error: cannot reach the API server {server}: {cluster.unreachable_reason(exc)}", file=io.stderr)
+    except cluster.Unreachable as exc:
+        print(f"error: cannot reach the API server {server}: {exc}", file=io.stderr)
     except KeyboardInterrupt:
         # Ctrl-C (at the confirmation, or a slow server): nothing more was sent.
         print("\nerror: interrupted", file=io.stderr)

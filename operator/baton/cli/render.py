@@ -13,37 +13,9 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Mapping, Sequence
-
-import yaml
+from typing import Any, Mapping
 
 from baton.model import meta
-
-
-def human_duration(seconds: float) -> str:
-    """kubectl's AGE style: 45s, 3m20s, 42m, 5h10m, 30h, 3d4h, 120d, 2y."""
-    s = max(0, int(seconds))
-    m, h, d = s // 60, s // 3600, s // 86400
-    if s < 120:
-        return f"{s}s"
-    if m < 10:
-        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
-    if m < 180:
-        return f"{m}m"
-    if h < 8:
-        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
-    if h < 48:
-        return f"{h}h"
-    if h < 24 * 8:
-        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
-    if d < 365 * 2:
-        return f"{d}d"
-    return f"{d // 365}y"
-
-
-def age(created: str | None, *, now: datetime.datetime) -> str:
-    start = meta.parse_time(created)
-    return "<unknown>" if start is None else human_duration((now - start).total_seconds())
 
 
 def condition(rt: Mapping[str, Any], kind: str) -> dict[str, Any]:
@@ -58,18 +30,39 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def list_rows(items: Sequence[Mapping[str, Any]], *, all_namespaces: bool, now: datetime.datetime) -> list[list[str]]:
-    """`kubectl get trt` columns (and NAMESPACE with -A), plus the transition under way."""
-    head = ["NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"]
-    rows = [(["NAMESPACE"] if all_namespaces else []) + head]
-    for rt in sorted(items, key=lambda i: (i["metadata"].get("namespace", ""), i["metadata"]["name"])):
-        metadata, status = rt["metadata"], rt.get("status") or {}
-        cur, ready, t = status.get("current") or {}, condition(rt, "Ready"), status.get("transition")
-        row = [metadata["name"], str(cur.get("generation", "-")), ready.get("status", "-"), ready.get("reason", "-"),
-               cur.get("pod") or "-", f"{t.get('kind')}/{t.get('step')}" if t else "-",
-               age(metadata.get("creationTimestamp"), now=now)]
-        rows.append(([metadata.get("namespace", "")] if all_namespaces else []) + row)
-    return rows
+def server_table(table: Mapping[str, Any], *, all_namespaces: bool) -> str:
+    """A Table the API server sent (meta.k8s.io/v1, the CRD's additionalPrinterColumns) as
+    `kubectl get` prints it: the priority-0 columns, headers upper-cased, NAMESPACE first with -A
+    (from each row's object metadata), an empty cell for a value the object lacks, a text cut at
+    its first line break with "...", and columns aligned as kubectl's tabwriter does."""
+    shown = [i for i, c in enumerate(table.get("columnDefinitions") or []) if not c.get("priority")]
+    columns = table.get("columnDefinitions") or []
+    rows = [(["NAMESPACE"] if all_namespaces else []) + [str(columns[i].get("name", "")).upper() for i in shown]]
+    for r in table.get("rows") or []:
+        cells = r.get("cells") or []
+        namespace = ((r.get("object") or {}).get("metadata") or {}).get("namespace", "")
+        rows.append(([_cell(namespace)] if all_namespaces else [])
+                    + [_cell(cells[i] if i < len(cells) else None) for i in shown])
+    return aligned(rows)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"  # Go's fmt.Sprint
+    text = str(value)
+    cut = min((i for i in (text.find(c) for c in "\f\n\r") if i >= 0), default=-1)
+    text = text if cut < 0 else text[:cut] + "..."
+    # kubectl's printers.WriteEscaped: an escape sequence is shown, not acted on.
+    return text.replace("\x1b", "^[")
+
+
+def aligned(rows: list[list[str]]) -> str:
+    """Go's text/tabwriter as kubectl sets it up (minwidth 6, padding 3, spaces): each cell but a
+    line's last padded to its column's widest cell plus 3, at least 6."""
+    widths = [max(6, max(len(r[i]) for r in rows) + 3) for i in range(len(rows[0]) - 1)]
+    return "\n".join("".join(c.ljust(w) for c, w in zip(r, widths)) + r[-1] for r in rows)
 
 
 def history_entries(rt: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -112,8 +105,23 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
             left = f" ({secs:.0f}s left)" if secs >= 0 else f" ({-secs:.0f}s past)"
         lines.append(f"  transition: {t.get('kind')} g{t.get('from') or '-'} -> g{t.get('to') or '-'} "
                      f"({t.get('trigger')}), step {t.get('step')}, deadline {deadline or '-'}{left}")
+        if t.get("message"):
+            lines.append(f"    message: {t['message']}")
+        if t.get("drainNote"):
+            # What the drain did not do (calls still in flight at the gateway when drainSeconds ran
+            # out, or nothing counted them), as the operator recorded it for the history entry.
+            lines.append(f"    drain: {t['drainNote']}")
     else:
         lines.append("  transition: none")
+    spec = rt.get("spec") or {}
+    if (spec.get("service") or {}).get("gateway"):
+        admission = (spec.get("budgets") or {}).get("admissionSeconds", 30)
+        lines.append(f"  gateway: on: during a transition new calls are held, each at most {admission}s "
+                     "(budgets.admissionSeconds), and the retiring generation drains its calls in flight")
+    history = status.get("history") or []
+    if history and history[-1].get("message"):
+        last = history[-1]
+        lines.append(f"  last retired: generation {last.get('generation')} ({last.get('outcome')}): {last['message']}")
     failure = status.get("lastCleanupFailure")
     if failure:
         lines.append(f"  last cleanup failure: generation {failure['generation']} pod {failure.get('pod')} "
@@ -124,4 +132,6 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
 def render(data: Any, *, output: str) -> str:
     if output == "json":
         return json.dumps(data, indent=2)
+    import yaml  # here: its import is a fifth of a plain call's time, and only -o yaml needs it
+
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False).rstrip("\n")

@@ -7,9 +7,8 @@ Refused with one line for the user. `confirm` reads the user's answer from the s
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import Any, Mapping, Sequence, TextIO
+from typing import Any, Mapping, NamedTuple, Sequence, TextIO
 
 from baton.cli import render
 from baton.model import names
@@ -19,8 +18,8 @@ class Refused(Exception):
     """The verb does not apply, or the cluster cannot be reached: one line for the user."""
 
 
-@dataclasses.dataclass(frozen=True)
-class Request:
+# NamedTuples, not dataclasses: importing dataclasses (and inspect) is a tenth of a call's time.
+class Request(NamedTuple):
     """An annotation the plugin is about to write, and what it means."""
 
     annotation: str
@@ -91,8 +90,7 @@ def force_retire_request(rt: Mapping[str, Any], *, generation: int) -> Request:
                    "recorded in its history")
 
 
-@dataclasses.dataclass(frozen=True)
-class Suspend:
+class Suspend(NamedTuple):
     """spec.suspend to set (a merge patch), whether it changes anything, and what happens then."""
 
     suspend: bool

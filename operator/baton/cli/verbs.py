@@ -6,15 +6,13 @@ Does I/O (through ``baton.cli.cluster``, and the streams in Io). Each runner ret
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
-from typing import Any, Callable, Mapping, TextIO
+from typing import Any, Callable, Mapping, NamedTuple, TextIO
 
 from baton.cli import cluster, render, requests
 
 
-@dataclasses.dataclass(frozen=True)
-class Io:
+class Io(NamedTuple):
     stdin: TextIO
     stdout: TextIO
     stderr: TextIO
@@ -27,16 +25,17 @@ def _namespace(args: argparse.Namespace, connection: cluster.Cluster) -> str:
 def run_list(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
     all_ns = bool(getattr(args, "all_namespaces", False))
     namespace = None if all_ns else _namespace(args, connection)
-    items = cluster.list_runtimes(connection, namespace=namespace)
     if args.output != "text":
+        items = cluster.list_runtimes(connection, namespace=namespace)
         print(render.render({"apiVersion": "v1", "kind": "List", "items": items}, output=args.output), file=io.stdout)
         return 0
-    if not items:
+    # The server's Table: the CRD's printer columns, as `kubectl get toolruntimes` prints them.
+    table = cluster.list_table(connection, namespace=namespace)
+    if not table.get("rows"):
         where = "" if namespace is None else f" in {namespace} namespace"
         print(f"No resources found{where}.", file=io.stderr)
         return 0
-    now = datetime.datetime.now(datetime.timezone.utc)
-    print(render.table(render.list_rows(items, all_namespaces=all_ns, now=now)), file=io.stdout)
+    print(render.server_table(table, all_namespaces=all_ns), file=io.stdout)
     return 0
 
 

@@ -10,6 +10,7 @@ UID, status writes carry the resourceVersion and fencing token (baton.execute.st
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import logging
 from typing import Any, Awaitable, Callable
 
@@ -23,6 +24,7 @@ from baton.execute import leasekeeper, outcomes, statuswrite
 from baton.k8s import api, claims, client, leases, pods, runtimes, services
 from baton.lifecycle import pins
 from baton.lifecycle import plan
+from baton.model import claims as claims_model
 from baton.model import names
 
 log = logging.getLogger("baton.execute")
@@ -171,6 +173,16 @@ async def delete_service(ctx: Context, action: plan.DeleteService) -> None:
         await services.delete_service(ns, name, ctx.snap.observed.service.uid)
 
 
+async def ensure_gateway_slice(ctx: Context, action: plan.EnsureGatewaySlice) -> None:
+    ns, _ = ctx.key
+    ctx.views.apply(await services.apply_slice(ns, action.manifest, uid=action.uid), "EndpointSlice")
+
+
+async def delete_endpoint_slice(ctx: Context, action: plan.DeleteEndpointSlice) -> None:
+    ns, _ = ctx.key
+    await services.delete_slice(ns, action.name, action.uid)
+
+
 async def create_pod(ctx: Context, action: plan.CreatePod) -> None:
     ns, _ = ctx.key
     try:
@@ -232,9 +244,11 @@ async def force_delete_pod(ctx: Context, action: plan.ForceDeletePod) -> None:
 
 async def set_claim_phase(ctx: Context, action: plan.SetClaimPhase) -> None:
     ns, _ = ctx.key
+    at = action.at or datetime.datetime.now(datetime.timezone.utc)
     try:
         written = await claims.patch_claim_status(
-            ns, action.name, uid=action.uid, status_patch={"phase": action.phase, "message": action.message})
+            ns, action.name, uid=action.uid,
+            status_patch=claims_model.status_wire(claims_model.ClaimPhase(action.phase), action.message, at))
     except Exception as exc:  # a claim's phase is information, never a reason to stop
         log.warning("phase %s of claim %s not written: %s", action.phase, action.name, client.short(exc),
                     extra=ctx.where)
@@ -257,6 +271,8 @@ HANDLERS: dict[type, Handler] = {
     plan.Record: record,
     plan.EnsureService: ensure_service,
     plan.DeleteService: delete_service,
+    plan.EnsureGatewaySlice: ensure_gateway_slice,
+    plan.DeleteEndpointSlice: delete_endpoint_slice,
     plan.CreatePod: create_pod,
     plan.SetServing: set_serving,
     plan.DeletePod: delete_pod,

@@ -25,3 +25,7 @@ UPSTREAM_ERRORS = prometheus_client.Counter(
 REGISTERED = prometheus_client.Gauge(
     "baton_gateway_forwarding", "1 while this replica forwards (registered, renewed within the margin, views listed).",
     registry=metrics.REGISTRY)
+HEADER_TIMEOUTS = prometheus_client.Counter(
+    "baton_gateway_header_timeouts_total",
+    "Connections closed because their request head was not complete within BATON_GATEWAY_HEADER_SECONDS.",
+    registry=metrics.REGISTRY)

@@ -22,7 +22,7 @@ from aiohttp import web
 import baton
 from baton import logs, server
 from baton import settings as settings_mod
-from baton.gateway import admin, proxy, registrar, state, views
+from baton.gateway import admin, gwmetrics, listener, proxy, registrar, state, views
 from baton.k8s import client
 from baton.settings import GatewaySettings
 
@@ -91,7 +91,13 @@ async def run(settings: GatewaySettings) -> int:
 
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", px.handle)
-        call_runner, call_site = await _serve(app, settings.bind, shutdown_timeout=1.0)
+        calls = listener.CallsListener(app, settings.bind, header_seconds=settings.header_timeout_seconds,
+                                       on_cut=gwmetrics.HEADER_TIMEOUTS.inc)
+        try:
+            await calls.start()
+        except BaseException:
+            await calls.runner.cleanup()
+            raise
         undo.pop_all()  # started: the shutdown below closes everything, in its own order
     log.info("gateway %s: calls on %s, admin on %s (Lease %s/%s)", settings.identity,
              settings_mod.format_address(*settings.bind), settings.admin_address, settings.system_namespace,
@@ -108,7 +114,7 @@ async def run(settings: GatewaySettings) -> int:
 
     log.info("gateway %s: shutting down (%d in flight)", settings.identity, st.total_inflight())
     px.shutting_down = True
-    await call_site.stop()  # no new connections
+    await calls.stop()  # no new connections
     st.wake_all()  # held calls: 503 GatewayShutdown
     deadline = time.monotonic() + settings.shutdown_grace_seconds
     while st.total_inflight() > 0 and time.monotonic() < deadline:
@@ -116,7 +122,7 @@ async def run(settings: GatewaySettings) -> int:
     left = st.total_inflight()
     if left:
         log.warning("gateway %s: %d calls still in flight at the end of the grace period", settings.identity, left)
-    await call_runner.cleanup()
+    await calls.cleanup()
     sweeper.cancel()
     reg.stopping = True
     reg_task.cancel()

@@ -10,18 +10,16 @@ the serving pod's IP from the API is dialled, at the port its Service port maps 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import socket
 import time
 from typing import Any, AsyncIterator, Callable
 
 import aiohttp
-import aiohttp.abc
-import multidict
 from aiohttp import web
 
 from baton.gateway import gwmetrics, route
+from baton.gateway import upstream as upstream_mod
+from baton.gateway import websocket as ws_mod
 from baton.gateway import state as state_mod
 from baton.gateway import views as views_mod
 from baton.model import names
@@ -35,39 +33,6 @@ CHUNK = 64 * 1024
 CONNECT_RETRY_SECONDS = 0.2
 
 
-POD_DOMAIN = "pod.baton.invalid"
-POD_ADDRESSES_CAP = 65536
-
-
-class PodResolver(aiohttp.abc.AbstractResolver):
-    """Resolves `<pod uid>.<POD_DOMAIN>` to the IP the API gave for that pod, and nothing
-    else. Dialling by that name keys the connection pool by pod UID: a kept-alive connection
-    opened to one pod is never reused for its successor, even when the successor got the same
-    IP (pod IPs are reused)."""
-
-    def __init__(self) -> None:
-        self.addresses: collections.OrderedDict[str, str] = collections.OrderedDict()
-
-    def name(self, uid: str, ip: str) -> str:
-        self.addresses[uid] = ip
-        self.addresses.move_to_end(uid)
-        while len(self.addresses) > POD_ADDRESSES_CAP:
-            self.addresses.popitem(last=False)
-        return f"{uid}.{POD_DOMAIN}"
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
-        uid, _, domain = host.partition(".")
-        ip = self.addresses.get(uid) if domain == POD_DOMAIN else None
-        if ip is None:
-            raise OSError(f"not a pod this gateway forwards to: {host}")
-        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0, "flags": socket.AI_NUMERICHOST}]
-
-    async def close(self) -> None:
-        pass
-
-
 class Proxy:
     def __init__(self, *, settings: GatewaySettings, views: views_mod.GatewayViews, state: state_mod.State,
                  forwarding: Callable[[], bool]) -> None:
@@ -75,7 +40,7 @@ class Proxy:
         self._forwarding = forwarding
         self.shutting_down = False
         self.session: aiohttp.ClientSession | None = None
-        self.resolver = PodResolver()
+        self.resolver = upstream_mod.PodResolver()
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
@@ -257,7 +222,7 @@ class Proxy:
         self.state.begin(d.uid)
         try:
             if websocket:
-                return await self._websocket(request, d, target=target, headers=headers, outcome=outcome)
+                return await ws_mod.relay(self, request, d, target=target, headers=headers, outcome=outcome)
             up_headers = route.end_to_end(headers)
             up_headers = [(k, v) for k, v in up_headers if k.lower() != "content-length" or body is None]
             up_headers.append(("X-Forwarded-For", request.remote or ""))
@@ -265,7 +230,7 @@ class Proxy:
             data: Any = body if body is not None else (self._stream_body(request, started) if request.body_exists else None)
             url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
             try:
-                upstream = await self.session.request(request.method, url, headers=_multidict(up_headers), data=data,
+                upstream = await self.session.request(request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
                                                       allow_redirects=False, skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
             except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as exc:
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
@@ -323,47 +288,6 @@ class Proxy:
         return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0, f"the pod of generation {d.generation} failed: {type(exc).__name__}",
                                                   d.generation), target=target, body=body)
 
-    async def _websocket(self, request: web.Request, d: route.Forward, *, target: route.Target, headers: list[tuple[str, str]],
-                         outcome: str) -> web.StreamResponse | None:
-        assert self.session is not None
-        skip = {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions", "sec-websocket-protocol", "host"}
-        up_headers = [(k, v) for k, v in route.end_to_end(headers) if k.lower() not in skip]
-        up_headers.append(("Host", request.host))
-        protocols = tuple(p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip())
-        url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
-        try:
-            up = await self.session.ws_connect(url, headers=_multidict(up_headers), protocols=protocols,
-                                               autoping=True, heartbeat=None, max_msg_size=4 * 1024 * 1024)
-        except (aiohttp.ClientConnectorError, asyncio.TimeoutError):
-            gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
-            return None
-        except aiohttp.ClientError as exc:
-            gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
-            return self._upstream_failed(request, target, d, None, exc)
-        gwmetrics.CALLS.labels(outcome=outcome, reason="").inc()
-        ws = web.WebSocketResponse(protocols=(up.protocol,) if up.protocol else (), max_msg_size=4 * 1024 * 1024)
-        ws.headers[names.HEADER_GENERATION] = str(d.generation)
-        await ws.prepare(request)
-
-        async def pump(src: Any, dst: Any) -> None:
-            async for msg in src:
-                if msg.type == aiohttp.WSMsgType.TEXT:
-                    await dst.send_str(msg.data)
-                elif msg.type == aiohttp.WSMsgType.BINARY:
-                    await dst.send_bytes(msg.data)
-                else:
-                    break
-        tasks = [asyncio.create_task(pump(ws, up)), asyncio.create_task(pump(up, ws))]
-        try:
-            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await up.close()
-            await ws.close()
-        return ws
-
 
 def result_is_retry(d: route.Decision) -> bool:
     return isinstance(d, route.Hold) and d.why == "the serving pod refused the connection"
@@ -376,7 +300,3 @@ def target_key(target: route.Target) -> tuple[str, str]:
 def _generation(runtime: dict[str, Any] | None) -> int | None:
     g = (((runtime or {}).get("status") or {}).get("current") or {}).get("generation")
     return g if isinstance(g, int) else None
-
-
-def _multidict(pairs: list[tuple[str, str]]) -> multidict.CIMultiDict[str]:
-    return multidict.CIMultiDict(pairs)

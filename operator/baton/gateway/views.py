@@ -66,17 +66,10 @@ class GatewayViews:
         return bool(self.informers) and all(i.synced.is_set() and i.forbidden is None for i in self.informers)
 
     async def wait_synced(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in self.informers)), timeout)
-            return self.synced()
-        except asyncio.TimeoutError:
-            return False
+        return await informer_mod.wait_synced(self.informers, timeout) and self.synced()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await informer_mod.stop(self._tasks)
 
     async def relist(self) -> None:
         """List everything again from scratch (new informers on the same stores: a list replaces

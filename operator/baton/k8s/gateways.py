@@ -1,6 +1,7 @@
 """The gateway replicas, as the operator sees them (DESIGN.md "Gateway"; the contract in
 docs/architecture.md, "Sealed admission"). Does I/O: one LIST of Leases in the system namespace
-through the API server, and two admin calls to each live replica over aiohttp.
+through the API server, and two admin calls to each live replica over aiohttp (one session per
+process, its connections kept and bounded).
 
 Each replica registers itself with a Lease labelled baton.dev/component=gateway in
 BATON_SYSTEM_NAMESPACE, renewed while it lives, whose annotation baton.dev/gateway-admin carries
@@ -11,6 +12,7 @@ bounded by one short total deadline: a pass is never held long by a replica that
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import json
@@ -24,12 +26,25 @@ from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
-RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (("coordination.k8s.io", "leases", ("list",)),)
+# In the system namespace: the replicas' Leases (listed here), and the gateway's pods, whose
+# watch-fed view (baton.cache.views) gives the EndpointSlice of each runtime routed through it.
+RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("coordination.k8s.io", "leases", ("list",)),
+    ("", "pods", ("list", "watch")),
+)
 
 # One admin call's total deadline (connect, send, read). Short: the pass waits for it.
 ADMIN_TIMEOUT_SECONDS = 2.0
 # An admin answer is a small JSON object; anything longer is not one.
 MAX_ADMIN_RESPONSE_BYTES = 4096
+# Every admin call of this process goes through one session: connections to the replicas are
+# kept alive and reused (a seal round per runtime in transition every half second would otherwise
+# open and close one connection per call), at most this many in all and to each replica. A call
+# waiting for a free connection waits within its own deadline.
+ADMIN_CONNECTIONS = 128
+ADMIN_CONNECTIONS_PER_REPLICA = 16
+_session: aiohttp.ClientSession | None = None
+_session_loop: asyncio.AbstractEventLoop | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,14 +95,34 @@ def _url(admin: str, path: str) -> str:
     return f"http://{host}:{port}{path}"
 
 
+def _admin_session() -> aiohttp.ClientSession:
+    """This process's admin session (one per event loop: a test's new loop gets its own)."""
+    global _session, _session_loop
+    loop = asyncio.get_running_loop()
+    if _session is None or _session.closed or _session_loop is not loop:
+        _session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=ADMIN_CONNECTIONS, limit_per_host=ADMIN_CONNECTIONS_PER_REPLICA),
+            cookie_jar=aiohttp.DummyCookieJar())
+        _session_loop = loop
+    return _session
+
+
+async def close() -> None:
+    """Close the admin session and its connections (at shutdown)."""
+    global _session, _session_loop
+    if _session is not None and _session_loop is asyncio.get_running_loop():
+        await _session.close()
+    _session, _session_loop = None, None
+
+
 async def _call(method: str, url: str, *, body: dict[str, Any] | None = None,
                 timeout: float = ADMIN_TIMEOUT_SECONDS) -> dict[str, Any]:
     try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-            async with session.request(method, url, json=body, allow_redirects=False) as resp:
-                raw = await resp.content.read(MAX_ADMIN_RESPONSE_BYTES + 1)
-                if resp.status != 200:
-                    raise AdminError(f"{method} {url}: {resp.status}")
+        async with _admin_session().request(method, url, json=body, allow_redirects=False,
+                                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            raw = await resp.content.read(MAX_ADMIN_RESPONSE_BYTES + 1)
+            if resp.status != 200:
+                raise AdminError(f"{method} {url}: {resp.status}")
     except AdminError:
         raise
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:

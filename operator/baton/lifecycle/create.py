@@ -52,7 +52,8 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
         status = transitions.stamped(o, now).model_copy(update={"transition": None})
         status = steady.steady_status(o.model_copy(update={"status": status}), now, None)
         status = conditions.with_conditions(status, o, now, (st.ConditionType.PROGRESSING, False, st.Reason.IDLE, ""))
-        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status)), 0, "nothing to create")
+        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status), *steady.new_warnings(o.status, status)), 0,
+                      "nothing to create")
     if mine is not None:
         return transitions.advance(o, t, now, st.Step.CONNECTING, deadline=now + transitions.seconds(o.spec.budgets.connect_seconds),
                         to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash,

@@ -42,5 +42,9 @@ def finalizing(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
     actions: list[p.Action] = [p.ConfirmNoPod(names.pod_name(o.name))]
     if o.service.exists and o.service.owned:
         actions.append(p.DeleteService())
+    # Its EndpointSlice (gateway routing): the garbage collector would remove it with the
+    # runtime, but not before the finalizer goes, and not at all where none runs.
+    actions += [p.DeleteEndpointSlice(s.name, s.uid) for s in o.slices
+                if s.owned and s.manager == names.SLICE_MANAGER]
     actions += [p.DeleteLease(), p.RemoveFinalizer()]
     return p.Plan(tuple(actions), None, "nothing left: remove Service, Lease, finalizer")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
+from baton.lifecycle import cleanup
 from baton.lifecycle import conditions
 from baton.lifecycle import create
 from baton.lifecycle import deletion
@@ -128,9 +129,9 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     handler = {
         st.Step.STOPPING_ADMISSION: retire.stopping_admission,
         st.Step.DRAINING: retire.draining,
-        st.Step.TERMINATING: retire.terminating,
-        st.Step.AWAITING_POD_GONE: retire.awaiting_pod_gone,
-        st.Step.CLEANUP_FAILED: retire.cleanup_failed,
+        st.Step.TERMINATING: cleanup.terminating,
+        st.Step.AWAITING_POD_GONE: cleanup.awaiting_pod_gone,
+        st.Step.CLEANUP_FAILED: cleanup.cleanup_failed,
         st.Step.CREATING: create.creating,
         st.Step.CONNECTING: create.connecting,
         st.Step.FINALIZING: deletion.finalizing,

@@ -61,7 +61,7 @@ def idle(o: obs.Observed, now: datetime.datetime) -> p.Plan:
         # ServiceError must still be said.
         return lease.with_lease(o, now, lambda: p.Plan((p.WriteStatus(stamped), *warnings, *service_actions), 0,
                                                   "steady status"))
-    claim_phases = steady.claim_phases(o)
+    claim_phases = steady.claim_phases(o, now)
     if claim_phases and not o.shutting_down:
         # Said once: the claims' own watch events wake the runtime again; a write that failed is
         # retried on the next wake-up, never in a loop. The Lease goes back at once.
@@ -155,6 +155,11 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     changes: list[conditions.Cond] = []
     if degraded and degraded.reason in (st.Reason.LOCK_TIMEOUT.value, st.Reason.LEASE_OUTSIDE_VIEW.value):
         changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "lifecycle Lease acquired"))
+    elif degraded and degraded.status == "True" and (
+            (degraded.reason == st.Reason.CONFIG_REF_MISSING.value and not o.missing_config_refs)
+            or (degraded.reason == st.Reason.INVALID_SPEC.value and o.spec_error is None)):
+        # What held the start is gone: Degraded (and Ready, which carried it) say so as it begins.
+        changes.append((st.ConditionType.DEGRADED, False, st.Reason.HEALTHY, "referenced config present, spec readable"))
     latest = max(status.latest_generation, t.to or 0)
     update: dict[str, object] = {"transition": t, "latest_generation": latest}
     if t.trigger != st.Trigger.ORPHAN and (status.pending is not None or conditions.condition_true(status, st.ConditionType.UPDATE_PENDING)):

@@ -1,4 +1,5 @@
-"""Pure builders of the objects Baton owns: generation pods and the runtime's Service."""
+"""Pure builders of the objects Baton owns: generation pods, the runtime's Service and, with
+spec.service.gateway, the EndpointSlice that routes that Service to the gateway pods."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from baton.model import names, spec as spec_model
+from baton.model import names, observed as obs, spec as spec_model
 
 
 def template_hash(template: dict[str, Any], config_digest: str = "") -> str:
@@ -72,15 +73,25 @@ def service_selector(runtime: str) -> dict[str, str]:
 
 
 def build_service(
-    *, namespace: str, runtime: str, runtime_uid: str, service: spec_model.ServiceSpec
+    *, namespace: str, runtime: str, runtime_uid: str, service: spec_model.ServiceSpec,
+    gateway_port: int | None = None,
 ) -> dict[str, Any]:
+    """The runtime's Service. Routed through the gateway (spec.service.gateway) it has no selector:
+    its endpoints are the EndpointSlice Baton keeps (build_gateway_slice), and each port maps to
+    the gateway's calls port (`gateway_port`; None: not known yet, the spec's targetPort stands)."""
     ports = []
     for p in service.ports:
         port: dict[str, Any] = {"port": p.port, "protocol": p.protocol}
         if p.name:
             port["name"] = p.name
-        port["targetPort"] = p.target_port if p.target_port is not None else p.port
+        if service.gateway and gateway_port is not None:
+            port["targetPort"] = gateway_port
+        else:
+            port["targetPort"] = p.target_port if p.target_port is not None else p.port
         ports.append(port)
+    spec: dict[str, Any] = {"ports": ports, "sessionAffinity": service.session_affinity}
+    if not service.gateway:
+        spec["selector"] = service_selector(runtime)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -90,12 +101,74 @@ def build_service(
             "labels": {names.LABEL_RUNTIME: runtime},
             "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
         },
-        "spec": {
-            "selector": service_selector(runtime),
-            "ports": ports,
-            "sessionAffinity": service.session_affinity,
-        },
+        "spec": spec,
     }
+
+
+def gateway_endpoints(endpoints: tuple[obs.GatewayEndpoint, ...]) -> tuple[str, int | None, list[obs.GatewayEndpoint]]:
+    """(addressType, port, endpoints) the slice lists. One slice has one address family and one
+    port per Service port: IPv4 if any gateway pod has an IPv4 address, else IPv6; the calls
+    port most of them use (the lowest on a tie: pods of two chart versions during an upgrade);
+    only the pods of that family and port."""
+    v4 = [e for e in endpoints if ":" not in e.ip]
+    family, chosen = ("IPv4", v4) if v4 or not endpoints else ("IPv6", list(endpoints))
+    if not chosen:
+        return family, None, []
+    counts: dict[int, int] = {}
+    for e in chosen:
+        counts[e.port] = counts.get(e.port, 0) + 1
+    port = min(counts, key=lambda n: (-counts[n], n))
+    return family, port, sorted((e for e in chosen if e.port == port), key=lambda e: (e.ip, e.uid))
+
+
+def build_gateway_slice(
+    *, namespace: str, runtime: str, runtime_uid: str, service: spec_model.ServiceSpec,
+    endpoints: tuple[obs.GatewayEndpoint, ...],
+) -> dict[str, Any]:
+    """The EndpointSlice that routes the runtime's selector-less Service to the gateway pods:
+    labelled with the Service's name (kube-proxy and DNS read it) and Baton as its manager (the
+    EndpointSlice controller leaves it alone), owned by the runtime (garbage-collected with it)."""
+    family, port, listed = gateway_endpoints(endpoints)
+    items = []
+    for e in listed:
+        item: dict[str, Any] = {
+            "addresses": [e.ip],
+            "conditions": {"ready": True, "serving": True, "terminating": False},
+            "targetRef": {"kind": "Pod", "namespace": e.namespace, "name": e.pod, "uid": e.uid},
+        }
+        if e.node:
+            item["nodeName"] = e.node
+        items.append(item)
+    # kube-proxy pairs a Service port with the slice port of the same name ("" when unnamed).
+    ports = [{"name": p.name or "", "port": port, "protocol": p.protocol} for p in service.ports] if port is not None else []
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": names.gateway_slice_name(runtime),
+            "namespace": namespace,
+            "labels": {names.LABEL_RUNTIME: runtime, names.LABEL_SERVICE_NAME: runtime,
+                       names.LABEL_SLICE_MANAGED_BY: names.SLICE_MANAGER},
+            "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
+        },
+        "addressType": family,
+        "endpoints": items,
+        "ports": ports,
+    }
+
+
+def slice_shape(eps: dict[str, Any]) -> str:
+    """What Baton writes of an EndpointSlice, canonical: equal shapes need no write."""
+    endpoints = []
+    for e in eps.get("endpoints") or []:
+        cond = e.get("conditions") or {}
+        ref = e.get("targetRef") or {}
+        endpoints.append({"addresses": list(e.get("addresses") or []), "nodeName": e.get("nodeName"),
+                          "ready": cond.get("ready"), "serving": cond.get("serving"), "terminating": cond.get("terminating"),
+                          "ref": [ref.get("kind"), ref.get("namespace"), ref.get("name"), ref.get("uid")]})
+    ports = [{"name": pt.get("name") or "", "port": pt.get("port"), "protocol": pt.get("protocol") or "TCP"}
+             for pt in eps.get("ports") or []]
+    return json.dumps({"addressType": eps.get("addressType"), "endpoints": endpoints, "ports": ports}, sort_keys=True)
 
 
 def config_refs(template: dict[str, Any]) -> list[tuple[str, str, bool]]:

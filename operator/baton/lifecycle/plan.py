@@ -6,6 +6,7 @@ Plain frozen dataclasses; the executor (``baton.execute``) is the only thing tha
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 from typing import Any, Union
 
@@ -108,6 +109,23 @@ class DeleteService:
 
 
 @dataclasses.dataclass(frozen=True)
+class EnsureGatewaySlice:
+    """Create or replace the EndpointSlice that routes the runtime's Service to the gateway pods
+    (`uid`: the one this runtime owns, as observed; None: create it)."""
+
+    manifest: dict[str, Any]
+    uid: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteEndpointSlice:
+    """Delete exactly this EndpointSlice of the runtime's Service (UID precondition)."""
+
+    name: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CreatePod:
     manifest: dict[str, Any]
 
@@ -146,12 +164,14 @@ class ForceDeletePod:
 
 @dataclasses.dataclass(frozen=True)
 class SetClaimPhase:
-    """Write a ToolRuntimeClaim's status.phase (Bound, or Stale once its generation is gone)."""
+    """Write a ToolRuntimeClaim's status.phase (Bound, or Stale once its generation is gone) and
+    its Bound condition, which says the same (`at`: its lastTransitionTime, as decided)."""
 
     name: str
     uid: str
     phase: str
     message: str
+    at: datetime.datetime | None = None
 
 
 Action = Union[
@@ -167,6 +187,8 @@ Action = Union[
     Record,
     EnsureService,
     DeleteService,
+    EnsureGatewaySlice,
+    DeleteEndpointSlice,
     CreatePod,
     SetServing,
     DeletePod,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
 from baton.lifecycle import conditions
 from baton.lifecycle import manifests as mf
@@ -43,9 +44,10 @@ def multiple_pods_message(o: obs.Observed, claimants: list[obs.PodInfo]) -> str:
             "until only one pod of the runtime remains")
 
 
-def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
+def claim_phases(o: obs.Observed, now: datetime.datetime) -> tuple[p.Action, ...]:
     """Bound while the claimed generation exists; Stale once it is gone (it then pins nothing).
-    Written only between transitions, each claim once per change."""
+    Written only between transitions, each claim once per change (of its phase, or of its Bound
+    condition: a claim an earlier version marked has none yet)."""
     current = o.status.current
     live = {pod.generation for pod in o.owned_pods() if pod.generation is not None}
     if current is not None:
@@ -60,16 +62,18 @@ def claim_phases(o: obs.Observed) -> tuple[p.Action, ...]:
                 f"generation {c.generation} of {o.name} is gone" + (f" (now {current.generation})" if current else ""))
         else:
             continue  # a generation not started yet: nothing to say
-        if c.phase != want.value and c.uid:
-            actions.append(p.SetClaimPhase(c.name, c.uid, want.value, msg))
+        if (c.phase != want.value or c.bound != claims_model.bound_status(want)) and c.uid:
+            actions.append(p.SetClaimPhase(c.name, c.uid, want.value, msg, at=now))
     return tuple(actions)
 
 
 def new_warnings(old: st.ToolRuntimeStatus, new: st.ToolRuntimeStatus) -> tuple[p.Action, ...]:
-    """A Warning event (and a count) when a condition newly reports a conflict: said once."""
+    """A Warning event (and a count) when a condition newly reports a conflict or a cause that
+    blocks the start: said once, when it appears or its message changes, never once per pass."""
     actions: list[p.Action] = []
     for kind, reason in ((st.ConditionType.DEGRADED, st.Reason.NAME_CONFLICT), (st.ConditionType.READY, st.Reason.MULTIPLE_PODS),
-                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR)):
+                         (st.ConditionType.DEGRADED, st.Reason.INVALID_SPEC), (st.ConditionType.DEGRADED, st.Reason.SERVICE_ERROR),
+                         (st.ConditionType.DEGRADED, st.Reason.CONFIG_REF_MISSING)):
         before, after = old.condition(kind), new.condition(kind)
         if after is not None and after.reason == reason.value and (
             before is None or before.reason != reason.value or before.message != after.message
@@ -163,21 +167,78 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
     return new.model_copy(update={"observed_generation": o.meta_generation})
 
 
-def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
-    """Ensure or delete the runtime's Service as spec.service says; never touch a foreign one."""
-    if o.service.exists and not o.service.owned:
-        return ()  # someone else's Service with this name: never patched or deleted
-    if o.spec.service is None:
-        return (p.DeleteService(),) if o.service.exists else ()
-    want = mf.build_service(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, service=o.spec.service)
-    have = o.service
-    same = (
+def _service_same(have: obs.ServiceInfo, want: dict[str, Any]) -> bool:
+    return (
         have.exists
-        and have.selector == want["spec"]["selector"]
+        and have.selector == want["spec"].get("selector", {})
         and have.session_affinity == want["spec"]["sessionAffinity"]
         and [pt.wire() for pt in have.ports] == [spec_model.ServicePort.model_validate(x).wire() for x in want["spec"]["ports"]]
     )
-    return () if same else (p.EnsureService(want),)
+
+
+def routed_to_gateway(o: obs.Observed) -> bool:
+    """Whether the runtime's Service should point at the gateway now: spec.service.gateway, the
+    gateway pods' view listed, and at least one of them Ready. With none (the gateway not
+    installed, or every replica down) the Service selects the serving pod as without the field:
+    clients keep reaching the tool, and a handoff's stop of admission still takes the old pod
+    out (its serving label), so nothing waits on a gateway that is not there."""
+    return (o.spec.service is not None and o.spec.service.gateway and o.gateway_endpoints_known
+            and mf.gateway_endpoints(o.gateway_endpoints)[1] is not None)
+
+
+def _our_slices(o: obs.Observed) -> list[obs.SliceInfo]:
+    return [s for s in o.slices if s.name == names.gateway_slice_name(o.name) and s.owned and s.manager == names.SLICE_MANAGER]
+
+
+def unreachable_replicas_out(o: obs.Observed) -> tuple[p.Action, ...]:
+    """While a retire waits for the gateway replicas (the seal, then the in-flight count), the
+    ones that did not answer (`gateway_unconfirmed`, their Leases baton-gateway.<pod name>) are
+    taken out of the runtime's EndpointSlice, so new clients of the Service stop reaching a
+    replica that is paused or cut off. The step still waits for them within its budget: a
+    replica out of the slice may still forward calls on connections it holds. Written only when
+    the slice changes; never emptied; put back by the steady Service once the transition ends."""
+    if not o.gateway_unconfirmed or not routed_to_gateway(o) or (o.service.exists and not o.service.owned):
+        return ()
+    ours = _our_slices(o)
+    gone = set(o.gateway_unconfirmed)
+    kept = tuple(e for e in o.gateway_endpoints if names.gateway_lease_name(e.pod) not in gone)
+    if not ours or not kept or len(kept) == len(o.gateway_endpoints) or o.spec.service is None:
+        return ()
+    want = mf.build_gateway_slice(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid,
+                                  service=o.spec.service, endpoints=kept)
+    return () if ours[0].shape == mf.slice_shape(want) else (p.EnsureGatewaySlice(want, ours[0].uid),)
+
+
+def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    """Ensure or delete the runtime's Service (and, routed to the gateway, its EndpointSlice) as
+    spec.service says; never touch a foreign one. Order keeps the Service reachable: turning the
+    gateway on writes the slice before the selector goes, turning it off brings the selector back
+    before the slice goes."""
+    if o.service.exists and not o.service.owned:
+        return ()  # someone else's Service with this name: never patched or deleted
+    ours = _our_slices(o)
+    drop_ours = tuple(p.DeleteEndpointSlice(s.name, s.uid) for s in ours)
+    if o.spec.service is None:
+        return ((p.DeleteService(),) if o.service.exists else ()) + drop_ours
+    if not routed_to_gateway(o):
+        direct = o.spec.service.model_copy(update={"gateway": False})
+        want = mf.build_service(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, service=direct)
+        if o.spec.service.gateway and not o.gateway_endpoints_known and o.service.exists and not o.service.selector:
+            return ()  # routed to the gateway, and its pods' view not listed yet: leave it as it stands
+        return (() if _service_same(o.service, want) else (p.EnsureService(want),)) + drop_ours
+    _, port, _ = mf.gateway_endpoints(o.gateway_endpoints)
+    want_slice = mf.build_gateway_slice(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid,
+                                        service=o.spec.service, endpoints=o.gateway_endpoints)
+    same_slice = bool(ours) and ours[0].shape == mf.slice_shape(want_slice)
+    slice_actions = () if same_slice else (p.EnsureGatewaySlice(want_slice, ours[0].uid if ours else None),)
+    want = mf.build_service(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, service=o.spec.service,
+                            gateway_port=port)
+    service = () if _service_same(o.service, want) else (p.EnsureService(want),)
+    # The EndpointSlice controller's slices of this Service, left from when it had a selector:
+    # they would still send clients straight to the pod (removed once the selector is gone).
+    stale = tuple(p.DeleteEndpointSlice(s.name, s.uid) for s in o.slices if s.manager == names.SLICE_CONTROLLER
+                  and o.service.exists and not o.service.selector) if not service else ()
+    return slice_actions + service + stale
 
 
 def foreign_blocking_create(o: obs.Observed) -> list[str]:

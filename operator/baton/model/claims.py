@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import enum
-from typing import Annotated, Union
+from typing import Annotated, Any, Union
 
 import pydantic
 
@@ -29,6 +30,25 @@ class ClaimPhase(str, enum.Enum):
     STALE = "Stale"  # the generation it names is gone: it pins nothing
 
 
+# The claim's condition saying the same as its phase (API conventions: conditions, not a phase):
+# Bound=True reason GenerationExists, Bound=False reason Stale.
+BOUND_CONDITION = "Bound"
+BOUND_REASONS = {ClaimPhase.BOUND: "GenerationExists", ClaimPhase.STALE: "Stale"}
+
+
+def bound_status(phase: ClaimPhase) -> str:
+    """The Bound condition's status for `phase`."""
+    return "True" if phase == ClaimPhase.BOUND else "False"
+
+
+def status_wire(phase: ClaimPhase, message: str, at: datetime.datetime) -> dict[str, Any]:
+    """The claim's whole status as written: its phase, and the Bound condition saying the same
+    (written only when one of them changes, so `at` is when its status last changed)."""
+    return {"phase": phase.value, "message": message, "conditions": [{
+        "type": BOUND_CONDITION, "status": bound_status(phase), "reason": BOUND_REASONS[phase], "message": message,
+        "lastTransitionTime": at.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}]}
+
+
 class Claim(base.Model):
     name: str
     uid: str = ""
@@ -40,3 +60,4 @@ class Claim(base.Model):
     state: StateValue
     references: tuple[str, ...] = ()
     phase: str | None = None  # status.phase as last written
+    bound: str | None = None  # status of its Bound condition as last written (None: none yet)

@@ -49,6 +49,16 @@ COMPONENT_METRICS = "runtime-metrics"
 # which replicas hold ranges of the runtimes' hash space, all in the operator's namespace.
 COMPONENT_SHARD_MEMBER = "shard-member"
 COMPONENT_SHARD_RANGE = "shard-range"
+# The gateway's pods (the chart labels them LABEL_COMPONENT=COMPONENT_GATEWAY in the system
+# namespace): with spec.service.gateway the runtime's Service has no selector and Baton keeps one
+# EndpointSlice for it listing the Ready gateway pods at their container port of this name.
+GATEWAY_PORT_NAME = "calls"
+# Well-known EndpointSlice labels (discovery.k8s.io): the Service a slice belongs to, and who
+# manages it (the EndpointSlice controller leaves slices of other managers alone).
+LABEL_SERVICE_NAME = "kubernetes.io/service-name"
+LABEL_SLICE_MANAGED_BY = "endpointslice.kubernetes.io/managed-by"
+SLICE_MANAGER = "operator.baton.dev"  # a label value: no slash
+SLICE_CONTROLLER = "endpointslice-controller.k8s.io"  # the EndpointSlice controller's own
 # Response headers the gateway adds.
 HEADER_GENERATION = "Baton-Generation"
 HEADER_REASON = "Baton-Reason"
@@ -73,6 +83,8 @@ def metrics_lease_name(namespaces: tuple[str, ...] | list[str]) -> str:
     namespace each have theirs. The dot keeps it apart from every runtime's Lease."""
     scope = ",".join(sorted(namespaces)) or "*"
     return f"baton-runtime-metrics.{hashlib.sha256(scope.encode()).hexdigest()[:10]}"
+
+
 def shard_member_lease_name(identity: str) -> str:
     """An operator replica's membership Lease (the dot keeps it apart from runtimes' Leases). The
     identity (a pod name, or host-pid) is folded into a DNS subdomain; the holder field keeps it whole."""
@@ -84,6 +96,12 @@ def shard_range_lease_name(*, index: int, ranges: int) -> str:
     """The Lease through which one replica holds range `index` of `ranges`: the count is in the
     name, so a changed count never meets Leases cut for another one."""
     return f"baton-range.{ranges}.{index}"
+
+
+def gateway_slice_name(runtime: str) -> str:
+    """The EndpointSlice Baton keeps for a runtime routed through the gateway. The dot keeps it
+    apart from the EndpointSlice controller's names (<service>-<random>)."""
+    return f"{runtime}.baton-gateway"
 
 
 def gateway_lease_name(instance: str) -> str:

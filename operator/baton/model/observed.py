@@ -61,6 +61,28 @@ class ServiceInfo(base.Model):
     session_affinity: str | None = None
 
 
+class GatewayEndpoint(base.Model):
+    """A gateway pod that may take the runtime's calls (spec.service.gateway): Ready, not being
+    deleted, with an IP and its calls port (names.GATEWAY_PORT_NAME)."""
+
+    pod: str
+    namespace: str
+    uid: str
+    ip: str
+    port: int
+    node: str | None = None
+
+
+class SliceInfo(base.Model):
+    """An EndpointSlice of the runtime's Service, as far as decide() compares it."""
+
+    name: str
+    uid: str
+    manager: str | None = None  # label endpointslice.kubernetes.io/managed-by
+    owned: bool = False  # controller ownerReference to this runtime
+    shape: str = ""  # manifests.slice_shape: what Baton writes of it, canonical
+
+
 class Observed(base.Model):
     # The runtime.
     namespace: str
@@ -107,6 +129,13 @@ class Observed(base.Model):
     gateway_inflight: int | None = None
     gateway_unconfirmed: tuple[str, ...] = ()
     gateway_error: str | None = None  # the gateway Leases could not be listed: why
+    # The gateway pods of the system namespace that may take calls, from their watch-fed view
+    # (only read with spec.service.gateway), and whether that view is listed: until it is, the
+    # Service is routed as it stands (an empty view says nothing).
+    gateway_endpoints: tuple[GatewayEndpoint, ...] = ()
+    gateway_endpoints_known: bool = False
+    # The EndpointSlices of the runtime's Service (kubernetes.io/service-name=<runtime>).
+    slices: tuple[SliceInfo, ...] = ()
     # ToolRuntimeClaims that name this runtime (spec.runtimeRef.name), from the watch-fed view.
     claims: tuple[claims_model.Claim, ...] = ()
     # False until the claims view is listed (or while it is forbidden): pins are then unknown, and

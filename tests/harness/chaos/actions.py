@@ -14,6 +14,14 @@ BUDGETS = {"lockSeconds": 5, "connectSeconds": 5, "drainSeconds": 2, "terminatio
            "cleanupSeconds": 4}
 HOLD = "chaos.baton.dev/hold"  # the finalizer that makes a pod stuck
 CONVERGE_SECONDS = 90
+# Odd seeds run the replicas sharded (BATON_SHARD_RANGES): every SIGKILL then also moves ranges
+# (the new incarnation joins, the dead one's ranges expire), SIGSTOP lets them lapse, and the
+# end of an ordering hands them back (SIGTERM). Even seeds run as before.
+SHARD_RANGES = 4
+
+
+def sharded(seed: int) -> bool:
+    return seed % 2 == 1
 GC_SECONDS = 20
 
 # kind: (weight, what it targets)

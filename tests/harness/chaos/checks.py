@@ -104,9 +104,12 @@ def check_runtime_log(events: list[tuple[str, int, dict[str, Any]]], pods: PodWa
 
 
 def check_lease_log(events: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
-    """The fencing token (spec.leaseTransitions) of each Lease never decreases."""
+    """The fencing token (spec.leaseTransitions) of each runtime's Lease never decreases (the
+    operator's other Leases in the namespace, sharding's and the metrics reporter's, carry none)."""
     out, last = [], {}
     for _, rv, obj in events:
+        if "baton.dev/runtime" not in ((obj.get("metadata") or {}).get("labels") or {}):
+            continue
         name = obj["metadata"]["name"]
         token = int((obj.get("spec") or {}).get("leaseTransitions") or 0)
         if name in last and token < last[name]:

@@ -15,8 +15,8 @@ from kubernetes.client.exceptions import ApiException
 from dev.wait import WaitTimeout, wait_for
 from harness import apiproxy
 from harness.chaos.actions import (
-    BUDGETS, CONVERGE_SECONDS, HOLD, KINDS, LEASE_SECONDS, PROXIED, REPLICAS, RUNTIMES, Action, Verb, actions,
-    replay_hint,
+    BUDGETS, CONVERGE_SECONDS, HOLD, KINDS, LEASE_SECONDS, PROXIED, REPLICAS, RUNTIMES, SHARD_RANGES, Action, Verb,
+    actions, replay_hint, sharded,
 )
 from harness.chaos.checks import check
 from harness.operator import OperatorProcess
@@ -38,7 +38,8 @@ class Result:
 
     def report(self) -> str:
         took = ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items())
-        lines = [f"seed {self.seed}: {len(self.violations)} violation(s) in {self.wall:.1f}s ({took}); "
+        mode = f"sharded, {SHARD_RANGES} ranges" if sharded(self.seed) else "unsharded"
+        lines = [f"seed {self.seed} ({mode}): {len(self.violations)} violation(s) in {self.wall:.1f}s ({took}); "
                  f"replay: {replay_hint(self.seed)}"]
         lines += [f"  VIOLATION {v}" for v in self.violations]
         lines += [f"  note: {n}" for n in self.notes]
@@ -124,7 +125,10 @@ class Ordering:
     def _launch(self, replica: str) -> None:
         self.incarnation[replica] += 1
         identity = f"op-{replica}{self.incarnation[replica]}"
-        op = self.start_op(identity, env={"BATON_LEASE_SECONDS": str(LEASE_SECONDS)},
+        env = {"BATON_LEASE_SECONDS": str(LEASE_SECONDS)}
+        if sharded(self.seed):
+            env["BATON_SHARD_RANGES"] = str(SHARD_RANGES)
+        op = self.start_op(identity, env=env,
                            kubeconfig=self.proxy.kubeconfig if replica == PROXIED else None, wait=False)
         self.ops[replica] = op.launch()
 

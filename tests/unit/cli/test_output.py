@@ -11,15 +11,15 @@ from __future__ import annotations
 import datetime
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 import yaml
-from kubernetes.client import exceptions as k8s_exceptions
 
 from baton import cli
-from baton.cli import render
+from baton.cli import cluster, render
 
 GOLDEN = json.loads((Path(__file__).parent / "golden.json").read_text())
 NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
@@ -70,13 +70,6 @@ RENDER_CASES: dict[str, Callable[[], str]] = {
     "history_text READY": lambda: render.history_text(_rt("search", status=READY)),
     "history_text STUCK": lambda: render.history_text(_rt("search", status=STUCK)),
     "history_text empty": lambda: render.history_text(_rt("fresh")),
-    "list table -A": lambda: render.table(render.list_rows(
-        [_rt("search", status=READY, created="2026-11-27T11:00:00Z"), _rt("stuck", "ops", status=STUCK,
-         created="2026-11-30T11:59:15Z"), _rt("future", status=NEWER, created="bad"), _rt("fresh")],
-        all_namespaces=True, now=NOW)),
-    "list table": lambda: render.table(render.list_rows(
-        [_rt("search", status=READY, created="2024-01-01T00:00:00Z"), _rt("fresh", created="2026-11-30T09:00:00Z")],
-        all_namespaces=False, now=NOW)),
     "render json": lambda: render.render(render.history_entries(_rt("search", status=READY)), output="json"),
     "render yaml": lambda: render.render(render.history_entries(_rt("search", status=READY)), output="yaml"),
 }
@@ -98,71 +91,109 @@ def _timeless(status: dict[str, Any]) -> dict[str, Any]:
     return {**status, "transition": {k: v for k, v in status["transition"].items() if k != "deadline"}}
 
 
-class FakeCustomObjects:
-    """The four calls the plugin makes, over a dict of objects; records what it was asked."""
+CRD = yaml.safe_load((Path(__file__).parents[3] / "crds" / "baton.dev_toolruntimes.yaml").read_text())
+COLUMNS = CRD["spec"]["versions"][0]["additionalPrinterColumns"]
+
+
+def _jsonpath(obj: Any, path: str) -> Any:
+    """The two shapes of JSONPath the CRD's printer columns use: `.a.b` and
+    `.status.conditions[?(@.type=="Ready")].field` (checked: anything else fails the test)."""
+    cur = obj
+    for part in re.findall(r'\.([A-Za-z]+)|\[\?\(@\.type=="(\w+)"\)\]', path):
+        key, cond = part
+        if cond:
+            cur = next((c for c in cur or [] if c.get("type") == cond), None)
+        else:
+            cur = cur.get(key) if isinstance(cur, dict) else None
+    return cur
+
+
+def table_of(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the API server answers a list with Accept: as=Table: the Name column, the CRD's printer
+    columns (a date as the age the server computes: "7d" for every row here, "<unknown>" without a
+    creationTimestamp, as translateTimestampSince says), each row with its object's metadata."""
+    columns = [{"name": "Name", "type": "string", "format": "name", "priority": 0},
+               *[{"name": c["name"], "type": c["type"], "format": "", "priority": c.get("priority", 0)} for c in COLUMNS]]
+    rows = []
+    for o in items:
+        cells = [o["metadata"]["name"]]
+        for c in COLUMNS:
+            value = _jsonpath(o, c["jsonPath"])
+            if c["type"] == "date":
+                value = "7d" if value else "<unknown>"
+            cells.append(value)
+        rows.append({"cells": cells, "object": {"kind": "PartialObjectMetadata", "metadata": o["metadata"]}})
+    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "columnDefinitions": columns, "rows": rows}
+
+
+class FakeApi:
+    """The API server behind the plugin's Transport (baton.cli.cluster, our own boundary): the
+    requests the plugin sends, answered over a dict of objects; records what it was asked, as
+    ("get"|"list"|"patch", group, version, namespace, plural, name or fieldSelector[, body])."""
 
     objects: dict[tuple[str, str], dict[str, Any]] = {}
     calls: list[tuple[Any, ...]] = []
-    timeouts: list[float | None] = []  # each call's _request_timeout
-    content_types: list[str | None] = []  # each patch's _content_type
+    timeouts: list[float | None] = []  # each request's timeout
+    content_types: list[str | None] = []  # each patch's Content-Type
+    accepts: list[str] = []  # each list's Accept
     fail_patch: int | None = None
     crd_missing = False
-    kubeconfig = ""  # its path, for --kubeconfig (the client reads KUBECONFIG only at import)
+    kubeconfig = ""  # its path, for --kubeconfig
 
-    def __init__(self, api_client: Any = None) -> None:
-        pass
+    def __init__(self, creds: Any, *, timeout: float | None, impersonate: Any) -> None:
+        self.timeout = timeout
 
     @classmethod
-    def _not_found(cls, name: str | None) -> k8s_exceptions.ApiException:
-        exc = k8s_exceptions.ApiException(status=404, reason="Not Found")
+    def _not_found(cls, name: str | None) -> cluster.ApiException:
         details = {} if name is None else {"name": name, "group": "baton.dev", "kind": "toolruntimes"}
-        exc.body = json.dumps({"kind": "Status", "message": "not found", "details": details})
-        return exc
+        return cluster.ApiException(404, "Not Found", json.dumps({"kind": "Status", "message": "not found",
+                                                                  "details": details}))
 
-    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
-                                     **kwargs: Any) -> dict[str, Any]:
-        self.timeouts.append(kwargs.get("_request_timeout"))
-        self.calls.append(("get", group, version, namespace, plural, name))
+    def request(self, method: str, path: str, *, query: dict[str, str] | None = None, body: Any = None,
+                content_type: str = "application/merge-patch+json", accept: str = "application/json") -> Any:
+        self.timeouts.append(self.timeout)
+        m = re.fullmatch(r"/apis/([^/]+)/([^/]+)(?:/namespaces/([^/]+))?/([^/]+)(?:/([^/]+))?", path)
+        assert m, path
+        group, version, namespace, plural, name = m.groups()
+        query = dict(query or {})
         if self.crd_missing:
             raise self._not_found(None)
-        if (namespace, name) not in self.objects:
-            raise self._not_found(name)
-        return _copy(self.objects[(namespace, name)])
-
-    def list_cluster_custom_object(self, group: str, version: str, plural: str, field_selector: str | None = None,
-                                   **kwargs: Any) -> dict[str, Any]:
-        self.timeouts.append(kwargs.get("_request_timeout"))
-        self.calls.append(("list", group, version, None, plural, field_selector))
-        wanted = None if field_selector is None else field_selector.split("=", 1)[1]
-        return {"items": [_copy(o) for (_, n), o in sorted(self.objects.items()) if wanted in (None, n)]}
-
-    def list_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
-                                      **kwargs: Any) -> dict[str, Any]:
-        self.timeouts.append(kwargs.get("_request_timeout"))
-        self.calls.append(("list", group, version, namespace, plural, None))
-        return {"items": [_copy(o) for (ns, _), o in sorted(self.objects.items()) if ns == namespace]}
-
-    def patch_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str,
-                                       body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        self.timeouts.append(kwargs.get("_request_timeout"))
-        if kwargs.get("_content_type"):
-            self.content_types.append(kwargs["_content_type"])
+        if method == "GET" and name is not None:
+            self.calls.append(("get", group, version, namespace, plural, name))
+            if (namespace, name) not in self.objects:
+                raise self._not_found(name)
+            return _copy(self.objects[(namespace, name)])
+        if method == "GET":
+            selector = query.pop("fieldSelector", None)
+            # A list in kubectl's pages of 500 (one here); the hint's lookup by name needs none.
+            assert query.pop("limit", None) == (None if selector else "500") and not query.pop("continue", None)
+            assert not query, query
+            self.calls.append(("list", group, version, namespace, plural, selector))
+            self.accepts.append(accept)
+            wanted = None if selector is None else selector.split("=", 1)[1]
+            items = [_copy(o) for (ns, n), o in sorted(self.objects.items())
+                     if namespace in (None, ns) and wanted in (None, n)]
+            if accept == cluster.TABLE:
+                return table_of(items)
+            return {"kind": "ToolRuntimeList", "metadata": {}, "items": items}
+        assert method == "PATCH" and name is not None
+        self.content_types.append(content_type)
         self.calls.append(("patch", group, version, namespace, plural, name, body))
         if self.fail_patch is not None:
-            exc = k8s_exceptions.ApiException(status=self.fail_patch, reason="Conflict")
-            exc.body = json.dumps({"kind": "Status", "message": "the object has been modified"})
-            raise exc
+            raise cluster.ApiException(self.fail_patch, "Conflict",
+                                       json.dumps({"kind": "Status", "message": "the object has been modified"}))
         return self.objects[(namespace, name)]
 
 
-def install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeCustomObjects]:
-    monkeypatch.setattr("kubernetes.client.CustomObjectsApi", FakeCustomObjects)
-    monkeypatch.setattr(FakeCustomObjects, "calls", [])
-    monkeypatch.setattr(FakeCustomObjects, "timeouts", [])
-    monkeypatch.setattr(FakeCustomObjects, "content_types", [])
-    monkeypatch.setattr(FakeCustomObjects, "fail_patch", None)
-    monkeypatch.setattr(FakeCustomObjects, "crd_missing", False)
-    monkeypatch.setattr(FakeCustomObjects, "objects", {
+def install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeApi]:
+    monkeypatch.setattr(cluster, "Transport", FakeApi)
+    monkeypatch.setattr(FakeApi, "calls", [])
+    monkeypatch.setattr(FakeApi, "timeouts", [])
+    monkeypatch.setattr(FakeApi, "content_types", [])
+    monkeypatch.setattr(FakeApi, "accepts", [])
+    monkeypatch.setattr(FakeApi, "fail_patch", None)
+    monkeypatch.setattr(FakeApi, "crd_missing", False)
+    monkeypatch.setattr(FakeApi, "objects", {
         ("agents", "search"): _rt("search", status=READY),
         ("agents", "stuck"): _rt("stuck", status=_timeless(STUCK)),
         ("agents", "paused"): _rt("paused", status=READY, suspend=True),
@@ -175,13 +206,13 @@ def install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeCustomO
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u", "namespace": "agents"}}],
     }))
-    monkeypatch.setattr(FakeCustomObjects, "kubeconfig", str(kubeconfig))
+    monkeypatch.setattr(FakeApi, "kubeconfig", str(kubeconfig))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    return FakeCustomObjects
+    return FakeApi
 
 
 @pytest.fixture
-def api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeCustomObjects]:
+def api(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[FakeApi]:
     return install(monkeypatch, tmp_path)
 
 
@@ -200,7 +231,7 @@ def _key(argv: list[str]) -> str:
 
 
 @pytest.mark.parametrize("argv", VERB_CASES, ids=_key)
-def test_verbs_are_byte_identical(api: type[FakeCustomObjects], argv: list[str]) -> None:
+def test_verbs_are_byte_identical(api: type[FakeApi], argv: list[str]) -> None:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main([*argv, "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=out, stderr=err)
     assert [code, out.getvalue(), err.getvalue()] == GOLDEN["verbs"][_key(argv)]
@@ -208,7 +239,7 @@ def test_verbs_are_byte_identical(api: type[FakeCustomObjects], argv: list[str])
     assert {c[1:3] + c[4:5] for c in api.calls} <= {("baton.dev", "v1alpha1", "toolruntimes")}
 
 
-def test_annotations_written(api: type[FakeCustomObjects]) -> None:
+def test_annotations_written(api: type[FakeApi]) -> None:
     assert cli.main(["reset", "search", "--kubeconfig", api.kubeconfig], stdout=io.StringIO()) == 0
     assert cli.main(["force-recover", "stuck", "--yes", "--kubeconfig", api.kubeconfig], stdout=io.StringIO()) == 0
     assert [c[-1] for c in api.calls if c[0] == "patch"] == [
@@ -217,7 +248,7 @@ def test_annotations_written(api: type[FakeCustomObjects]) -> None:
 
 
 @pytest.mark.parametrize("failure", ["conflict", "crd missing"])
-def test_api_errors_are_byte_identical(api: type[FakeCustomObjects], failure: str) -> None:
+def test_api_errors_are_byte_identical(api: type[FakeApi], failure: str) -> None:
     if failure == "conflict":
         api.fail_patch = 409
     else:
@@ -239,7 +270,7 @@ def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[
 
 
 
-def test_release_removes_only_batons_finalizer_and_retries_a_conflict(api: type[FakeCustomObjects]) -> None:
+def test_release_removes_only_batons_finalizer_and_retries_a_conflict(api: type[FakeApi]) -> None:
     api.objects[("agents", "search")]["metadata"]["finalizers"] = ["example.com/keep", "baton.dev/retire"]
     api.objects[("agents", "stuck")]["metadata"]["finalizers"] = ["baton.dev/retire"]
     out, err = io.StringIO(), io.StringIO()
@@ -270,7 +301,7 @@ PINNED = {**READY, "current": None,
           "conditions": [{"type": "RetirementBlocked", "status": "True", "reason": "PinnedPastBudget"}]}
 
 
-def test_suspend_resume_write_one_merge_patch_once(api: type[FakeCustomObjects]) -> None:
+def test_suspend_resume_write_one_merge_patch_once(api: type[FakeApi]) -> None:
     """suspend/resume: a merge patch of spec.suspend, and none when it already has that value."""
     run = lambda *argv: _run_verb(api, *argv)  # noqa: E731
     assert run("suspend", "search") == (0, "toolruntime/search suspended: generation 3 retires within its budgets "
@@ -290,7 +321,7 @@ def test_suspend_resume_write_one_merge_patch_once(api: type[FakeCustomObjects])
     assert api.content_types == ["application/merge-patch+json"] * 3
 
 
-def test_force_retire_writes_the_annotation_or_refuses(api: type[FakeCustomObjects]) -> None:
+def test_force_retire_writes_the_annotation_or_refuses(api: type[FakeApi]) -> None:
     api.objects[("agents", "pinned")] = _rt("pinned", status=PINNED)
     code, out, err = _run_verb(api, "force-retire", "pinned", "--generation", "3")
     assert (code, err) == (0, "")
@@ -310,14 +341,14 @@ def test_force_retire_writes_the_annotation_or_refuses(api: type[FakeCustomObjec
 
 @pytest.mark.parametrize("flag, timeout", [([], 30.0), (["--request-timeout", "1m"], 60.0),
                                            (["--request-timeout", "0"], None), (["--request-timeout", "5"], 5.0)])
-def test_request_timeout_reaches_every_request(api: type[FakeCustomObjects], flag: list[str],
+def test_request_timeout_reaches_every_request(api: type[FakeApi], flag: list[str],
                                                timeout: float | None) -> None:
     assert _run_verb(api, "suspend", "search", *flag)[0] == 0
     assert _run_verb(api, "status", "nothere", *flag)[0] == 1  # a get, then the list for the hint
     assert len(api.timeouts) == 4 and set(api.timeouts) == {timeout}
 
 
-def _run_verb(api: type[FakeCustomObjects], *argv: str) -> tuple[int, str, str]:
+def _run_verb(api: type[FakeApi], *argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main([*argv, "--kubeconfig", api.kubeconfig], stdin=io.StringIO(), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()

@@ -15,7 +15,6 @@ from typing import Any, Iterator
 
 import pytest
 import yaml
-from kubernetes.client import exceptions as k8s_exceptions
 
 import baton
 from baton import cli
@@ -44,30 +43,6 @@ STUCK = {"current": None,
                                 "message": "still there", "at": "2026-11-30T11:58:00Z"},
          "conditions": [{"type": "Ready", "status": "False", "reason": "CleanupFailed"},
                         {"type": "CleanupFailed", "status": "True", "reason": "PodStuckTerminating"}]}
-
-
-@pytest.mark.parametrize("seconds, text", [
-    (0, "0s"), (119, "119s"), (120, "2m"), (200, "3m20s"), (42 * 60, "42m"), (5 * 3600 + 600, "5h10m"),
-    (30 * 3600, "30h"), (3 * 86400 + 4 * 3600, "3d4h"), (120 * 86400, "120d"), (800 * 86400, "2y"), (-5, "0s"),
-])
-def test_human_duration_like_kubectl(seconds: float, text: str) -> None:
-    assert render.human_duration(seconds) == text
-
-
-def test_list_rows_with_and_without_namespaces() -> None:
-    items = [_rt("b", "x", status=STUCK), _rt("a", "y", status=READY), _rt("a", "x", status={})]
-    rows = render.list_rows(items, all_namespaces=True, now=NOW)
-    assert rows[0] == ["NAMESPACE", "NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"]
-    assert rows[1:] == [
-        ["x", "a", "-", "-", "-", "-", "-", "3d1h"],
-        ["x", "b", "-", "False", "CleanupFailed", "-", "Handoff/AwaitingPodGone", "3d1h"],
-        ["y", "a", "3", "True", "GenerationReady", "search", "-", "3d1h"],
-    ]
-    rows = render.list_rows(items[1:2], all_namespaces=False, now=NOW)
-    assert rows == [["NAME", "GENERATION", "READY", "REASON", "POD", "TRANSITION", "AGE"],
-                    ["a", "3", "True", "GenerationReady", "search", "-", "3d1h"]]
-    lines = render.table(rows).splitlines()
-    assert lines[1].split() == rows[1] and len(lines) == 2
 
 
 def test_history_and_status_text() -> None:
@@ -181,10 +156,8 @@ def test_version(output: str) -> None:
         assert loaded == {"name": "kubectl-baton", "version": baton.version()}
 
 
-def _api_error(status: int, reason: str, body: dict[str, Any] | str) -> k8s_exceptions.ApiException:
-    exc = k8s_exceptions.ApiException(status=status, reason=reason)
-    exc.body = body if isinstance(body, str) else json.dumps(body)
-    return exc
+def _api_error(status: int, reason: str, body: dict[str, Any] | str) -> cluster.ApiException:
+    return cluster.ApiException(status, reason, body if isinstance(body, str) else json.dumps(body))
 
 
 def test_api_errors_are_explained() -> None:
@@ -305,7 +278,7 @@ def test_new_verbs_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFi
 
 
 class _Recorder:
-    """A plain-HTTP API server on 127.0.0.1 that answers every request with an empty list (or not
+    """A plain-HTTP API server on 127.0.0.1 that answers every request with an empty Table (or not
     at all), keeping each request's raw header lines."""
 
     def __init__(self, *, answer: bool) -> None:
@@ -339,7 +312,7 @@ class _Recorder:
                 except OSError:
                     pass
                 return
-            body = b'{"kind":"ToolRuntimeList","apiVersion":"baton.dev/v1alpha1","items":[]}'
+            body = b'{"kind":"Table","apiVersion":"meta.k8s.io/v1","columnDefinitions":[],"rows":[]}'
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
                          + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
 
@@ -359,6 +332,7 @@ def test_as_and_as_group_send_one_header_each(tmp_path: Path) -> None:
     assert (code, out, err) == (0, "", "No resources found in agents namespace.\n")
     [headers] = server.requests
     lowered = [h.lower() for h in headers]
+    assert "accept: application/json;as=table;v=v1;g=meta.k8s.io,application/json" in lowered
     assert "impersonate-user: alice" in lowered
     assert [h for h in lowered if h.startswith("impersonate-group:")] == [
         "impersonate-group: ops", "impersonate-group: system:authenticated"]
@@ -422,3 +396,86 @@ def test_zsh_completion_runs_the_same_function_through_bashcompinit() -> None:
     assert "autoload -U +X bashcompinit && bashcompinit\n_kubectl_baton() {" in zsh.getvalue()
     assert zsh.getvalue().split("_kubectl_baton() {", 1)[1] == bash.getvalue().split("_kubectl_baton() {", 1)[1]
     assert zsh.getvalue().rstrip().endswith("complete -F _kubectl_baton kubectl-baton")
+
+
+def test_a_reader_gone_is_no_traceback() -> None:
+    """`kubectl baton version | head -0`: the pipe's reader is gone before the plugin writes."""
+    script = Path(sys.executable).parent / "kubectl-baton"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        res = subprocess.run([str(script), "version"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert (res.returncode, res.stderr) == (1, "")
+
+
+class _ConnectProxy:
+    """An HTTP CONNECT proxy on 127.0.0.1 for one tunnel, keeping the CONNECT line it was sent."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(1)
+        self.port = int(self.sock.getsockname()[1])
+        self.connects: list[str] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(30)
+        try:
+            conn, _ = self.sock.accept()
+        except OSError:
+            return
+        with conn:
+            conn.settimeout(30)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                data += chunk
+            line = data.split(b"\r\n")[0].decode()
+            self.connects.append(line)
+            host, port = line.split()[1].rsplit(":", 1)
+            assert host == "127.0.0.1", host  # only loopback is ever dialled
+            with socket.create_connection((host, int(port)), timeout=30) as upstream:
+                conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                upstream.settimeout(30)
+
+                def pump(src: socket.socket, dst: socket.socket) -> None:
+                    try:
+                        while chunk := src.recv(65536):
+                            dst.sendall(chunk)
+                    except OSError:
+                        pass
+                    try:
+                        dst.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                back = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
+                back.start()
+                pump(conn, upstream)
+                back.join(timeout=30)
+
+    def close(self) -> None:
+        self.sock.close()
+        self.thread.join(timeout=35)
+
+
+def test_proxy_url_tunnels_to_the_server(tmp_path: Path) -> None:
+    server, proxy = _Recorder(answer=True), _ConnectProxy()
+    try:
+        kc = tmp_path / "kc"
+        doc = yaml.safe_load(_kubeconfig(kc, f"http://127.0.0.1:{server.port}").read_text())
+        doc["clusters"][0]["cluster"]["proxy-url"] = f"http://127.0.0.1:{proxy.port}"
+        kc.write_text(yaml.safe_dump(doc))
+        code, out, err = _run(["list", "--kubeconfig", str(kc)])
+    finally:
+        server.close()
+        proxy.close()
+    assert (code, out, err) == (0, "", "No resources found in agents namespace.\n")
+    assert [c.rsplit(" ", 1)[0] for c in proxy.connects] == [f"CONNECT 127.0.0.1:{server.port}"]  # http.client: HTTP/1.0
+    [headers] = server.requests
+    assert "authorization: bearer t" in [h.lower() for h in headers]

@@ -1,4 +1,4 @@
-"""The plugin's pure helpers, table by table: times, ages, conditions, column widths."""
+"""The plugin's pure helpers, table by table: times, conditions, column widths, the server's Table."""
 from __future__ import annotations
 
 import datetime
@@ -9,7 +9,6 @@ import pytest
 from baton.cli import render
 from baton.model import meta
 
-NOW = datetime.datetime(2026, 11, 30, 12, 0, tzinfo=datetime.timezone.utc)
 UTC = datetime.timezone.utc
 
 
@@ -21,15 +20,6 @@ UTC = datetime.timezone.utc
 ])
 def test_parse_time_is_none_on_a_bad_value(text: str | None, parsed: datetime.datetime | None) -> None:
     assert meta.parse_time(text) == parsed
-
-
-@pytest.mark.parametrize("created, text", [
-    ("2026-11-30T11:59:15Z", "45s"), ("2026-11-30T11:56:40Z", "3m20s"), ("2026-11-27T11:00:00Z", "3d1h"),
-    ("2026-11-30T12:00:10Z", "0s"),  # a clock behind the server's: never negative
-    (None, "<unknown>"), ("not a time", "<unknown>"),
-])
-def test_age(created: str | None, text: str) -> None:
-    assert render.age(created, now=NOW) == text
 
 
 @pytest.mark.parametrize("status, kind, found", [
@@ -50,3 +40,47 @@ def test_condition(status: dict[str, Any] | None, kind: str, found: dict[str, An
 ])
 def test_table(rows: list[list[str]], text: str) -> None:
     assert render.table(rows) == text
+
+
+# A Table as kube-apiserver 1.36 sends it for the ToolRuntime CRD (cells trimmed to what is used):
+# the Name column, the printer columns (Step and Message at priority 1), nulls for absent values.
+TABLE = {
+    "kind": "Table", "apiVersion": "meta.k8s.io/v1",
+    "columnDefinitions": [
+        {"name": "Name", "type": "string", "format": "name", "priority": 0},
+        {"name": "Generation", "type": "integer", "priority": 0},
+        {"name": "Ready", "type": "string", "priority": 0},
+        {"name": "Step", "type": "string", "priority": 1},
+        {"name": "Age", "type": "date", "priority": 0},
+    ],
+    "rows": [
+        {"cells": ["search-mcp", 3, "True", "Draining", "5d"], "object": {"metadata": {"namespace": "agents"}}},
+        {"cells": ["browser", None, None, None, "12s"], "object": {"metadata": {"namespace": "ops"}}},
+    ],
+}
+
+
+def test_server_table_prints_the_priority_0_columns_as_kubectl_get() -> None:
+    # kubectl's tabwriter: each column as wide as its widest cell plus 3, at least 6; the last
+    # column unpadded; an absent value an empty cell. Compared with `kubectl get trt` in
+    # tests/integration/test_plugin.py against the real API server.
+    assert render.server_table(TABLE, all_namespaces=False) == (
+        "NAME         GENERATION   READY   AGE\n"
+        "search-mcp   3            True    5d\n"
+        "browser                           12s")
+    assert render.server_table(TABLE, all_namespaces=True).splitlines() == [
+        "NAMESPACE   NAME         GENERATION   READY   AGE",
+        "agents      search-mcp   3            True    5d",
+        "ops         browser                           12s"]
+
+
+def test_server_table_cells_as_kubectl_writes_them() -> None:
+    table = {"columnDefinitions": [{"name": "A"}, {"name": "b"}, {"name": "Last"}],
+             "rows": [{"cells": [True, "two\nlines", "esc\x1b[31m"]}, {"cells": [1.5, None, False]},
+                      {"cells": ["short"]}]}
+    assert render.server_table(table, all_namespaces=False).splitlines() == [
+        "A       B        LAST",
+        "true    two...   esc^[[31m",
+        "1.5              false",
+        "short            ",
+    ]

@@ -40,8 +40,19 @@ def test_every_claim_field_is_described() -> None:
     [version] = claim["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
     assert fields_without_description(schema) == ["metadata"]
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Runtime", "Generation", "Fork", "Branch", "State", "Age"]
+    cols = version["additionalPrinterColumns"]
+    assert all(str(c.get("description") or "").strip() for c in cols), cols
+    assert [c["name"] for c in cols if not c.get("priority")] == [
+        "Runtime", "Generation", "Fork", "Branch", "State", "Bound", "Age"]
+    # The Bound condition: its status by default, its reason and message with -o wide.
+    assert {c["name"]: c["jsonPath"] for c in cols if c.get("name") in ("Bound", "Reason", "Message")} == {
+        "Bound": '.status.conditions[?(@.type=="Bound")].status',
+        "Reason": '.status.conditions[?(@.type=="Bound")].reason',
+        "Message": '.status.conditions[?(@.type=="Bound")].message'}
+    assert [c["name"] for c in cols if c.get("priority") == 1] == ["Reason", "Message"]
+    conditions = schema["properties"]["status"]["properties"]["conditions"]
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert conditions["items"]["required"] == ["type", "status", "reason", "message", "lastTransitionTime"]
     assert all(str(c.get("description") or "").strip() for c in version["additionalPrinterColumns"])
     names = claim["spec"]["names"]
     assert (names["kind"], names["shortNames"], names["categories"]) == ("ToolRuntimeClaim", ["trc"], ["baton"])

@@ -58,13 +58,16 @@ class Admin:
         self.status = 200
         self.delay = 0.0
         self.requests: list[tuple[str, str, Any]] = []
+        self.peers: set[Any] = set()  # the client ends of the connections calls came on
 
     async def seal(self, request: web.Request) -> web.StreamResponse:
+        self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
         self.requests.append(("POST", request.path_qs, await request.json()))
         await asyncio.sleep(self.delay)
         return web.json_response(self.seal_answer, status=self.status)
 
     async def inflight(self, request: web.Request) -> web.StreamResponse:
+        self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
         self.requests.append(("GET", request.path_qs, None))
         await asyncio.sleep(self.delay)
         return web.json_response(self.inflight_answer, status=self.status)
@@ -109,6 +112,7 @@ def test_admin_calls_send_the_contract_and_read_the_count() -> None:
                 await gw.inflight(replica, uid="uid-7", timeout=0.3)
             assert time.monotonic() - started < 2.0
         finally:
+            await gw.close()
             await runner.cleanup()
     asyncio.run(run())
 
@@ -119,6 +123,29 @@ def test_an_unreachable_or_malformed_admin_address_is_an_admin_error() -> None:
             await gw.inflight(gw.Replica("x", "127.0.0.1:1"), uid="u", timeout=1.0)  # nothing listens on port 1
         with pytest.raises(gw.AdminError, match="not host:port"):
             await gw.inflight(gw.Replica("x", "no-port"), uid="u")
+        await gw.close()
+    asyncio.run(run())
+
+
+def test_admin_calls_share_one_session_and_reuse_its_connections() -> None:
+    """One session per process, bounded: two calls to a replica use one kept-alive connection."""
+    async def run() -> None:
+        admin = Admin()
+        runner, replica = await _serve(admin)
+        try:
+            await gw.inflight(replica, uid="a")
+            first = gw._admin_session()
+            await gw.seal(replica, namespace="ns", runtime="rt", uid="a")
+            await gw.inflight(replica, uid="a")
+            assert gw._admin_session() is first
+            connector = first.connector
+            assert connector is not None and connector.limit == gw.ADMIN_CONNECTIONS
+            assert connector.limit_per_host == gw.ADMIN_CONNECTIONS_PER_REPLICA
+            assert len(admin.peers) == 1, f"a new connection per call: {admin.peers}"
+        finally:
+            await gw.close()
+            await runner.cleanup()
+        assert first.closed
     asyncio.run(run())
 
 

@@ -76,9 +76,9 @@ FAILURE = st.CleanupFailure(generation=7, pod=name(7), uid="uid-7", reason=st.Re
                             message="stuck", at=at(-100))
 FAILED_CONDS = b.steady_conditions(
     7,
-    Ready=b.cond(C.READY, False, "CleanupFailed"),
-    Progressing=b.cond(C.PROGRESSING, True, "CleanupFailed"),
-    CleanupFailed=b.cond(C.CLEANUP_FAILED, True, "PodStuckTerminating"),
+    Ready=b.cond(C.READY, False, "CleanupFailed", "stuck"),
+    Progressing=b.cond(C.PROGRESSING, False, "CleanupFailed", "stuck"),
+    CleanupFailed=b.cond(C.CLEANUP_FAILED, True, "PodStuckTerminating", "stuck"),
 )
 
 
@@ -90,6 +90,7 @@ def held(**kw: Any) -> st.ToolRuntimeStatus:
 # A forced recovery's step, as CleanupFailed writes it.
 FORCED_AWAIT = {"transition.step": "AwaitingPodGone", "transition.forced": True, "transition.deadline": at(60),
                 "transition.to": 8, "CleanupFailed": ("False", "ForceRecovered"),
+                "Progressing": ("True", "AwaitingPodGone"),  # work moves again
                 "last_cleanup_failure.generation": 7}
 
 DEL_FIN = b.transition(S.FINALIZING, kind=K.DELETE, trigger=T.DELETED, from_=7, to=None, deadline=None)

@@ -29,11 +29,21 @@ def timed_out_retire(attempt: int) -> obs.Observed:
                       pods=(), desired_hash=b.HASH2)
 
 
-def backing_off(not_before: datetime.datetime, **kw: Any) -> obs.Observed:
-    ready = b.cond(C.READY, False, "BackingOff", f"retrying after a failed start at {not_before.isoformat()}")
+TIMED_OUT = "generation 8 (search-mcp) not Ready within connectSeconds=60 (attempt 2)"
+
+
+def backing_off(not_before: datetime.datetime, *, older: bool = False, **kw: Any) -> obs.Observed:
+    """Backing off after a connect timeout, with the status this version writes for it: Ready and
+    Progressing carry the timeout. `older`: as a version before that wrote it (Ready BackingOff)."""
+    if older:
+        ready = b.cond(C.READY, False, "BackingOff", f"retrying after a failed start at {not_before.isoformat()}")
+        progressing = b.cond(C.PROGRESSING, False, "Idle")
+    else:
+        ready = b.cond(C.READY, False, "ConnectTimeout", f"{TIMED_OUT}; next try at {not_before.isoformat()}")
+        progressing = b.cond(C.PROGRESSING, False, "ConnectTimeout", TIMED_OUT)
     s = b.status(gen=None, latest=8, retry=st.Retry(attempt=2, not_before=not_before), history=b.history(7, 8),
-                 conditions=b.steady_conditions(None, Ready=ready,
-                                                Degraded=b.cond(C.DEGRADED, True, "ConnectTimeout")))
+                 conditions=b.steady_conditions(None, Ready=ready, Progressing=progressing,
+                                                Degraded=b.cond(C.DEGRADED, True, "ConnectTimeout", TIMED_OUT)))
     return b.observed(status_=s, pods=(), desired_hash=b.HASH2, **kw)
 
 
@@ -44,7 +54,10 @@ BACKOFF = [
               "transition.from_uid": "uid-8", "transition.from_pod": name(8), "transition.to": None,
               "transition.step": "StoppingAdmission", "transition.deadline": at(30),
               "retry.attempt": 1, "retry.not_before": None,
-              "Degraded": ("True", "ConnectTimeout"), "Ready": ("False", "StoppingAdmission")}),
+              "Degraded": ("True", "ConnectTimeout"),
+              # Ready says why nothing serves; Progressing that work moves (the failed pod retires).
+              "Ready": ("False", "ConnectTimeout"), "Ready.message": TIMED_OUT.replace("attempt 2", "attempt 1"),
+              "Progressing": ("True", "StoppingAdmission")}),
           step_time("Connecting"), Ev("Warning", "ConnectTimeout", "attempt 1"), Rec(M.CONNECT_TIMEOUTS)], 0),
     case("connect-serve-label-failing-past-deadline-is-a-connect-timeout",
          b.observed(status_=connecting(deadline=0.0), pods=(b.pod(8, serving=False),), desired_hash=b.HASH2,
@@ -69,13 +82,27 @@ BACKOFF = [
               step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "ConnectTimeout"),))], 0)
         for n, w in [(1, 5), (2, 10), (3, 20), (4, 40), (6, 160), (7, 300), (30, 300)]
     ],
+    case("connect-timeout-retired-backs-off-with-ready-and-progressing-saying-why",
+         timed_out_retire(2).model_copy(update={"status": b.in_flight(
+             b.transition(S.AWAITING_POD_GONE, kind=K.RETIRE, trigger=T.CONNECT_TIMEOUT, from_=8, to=None, deadline=30.0),
+             gen=None, latest=8, retry=st.Retry(attempt=2), history=b.history(7),
+             conditions=b.steady_conditions(None, Degraded=b.cond(C.DEGRADED, True, "ConnectTimeout", TIMED_OUT)))}),
+         [WS({"transition": None, "retry.not_before": at(10),
+              "Ready": ("False", "ConnectTimeout"), "Ready.message": f"{TIMED_OUT}; next try at {at(10).isoformat()}",
+              "Progressing": ("False", "ConnectTimeout"), "Progressing.message": TIMED_OUT}),
+          step_time("AwaitingPodGone"), Rec(M.HANDOFFS, (("outcome", "ConnectTimeout"),))], 0),
+    case("backoff-status-of-an-older-version-is-rewritten-once", backing_off(at(12), older=True),
+         [WS({"Ready": ("False", "ConnectTimeout"), "Progressing": ("False", "ConnectTimeout")})], 0),
     case("backoff-not-before-respected-no-lease", backing_off(at(12), lease=b.lease_free()),
          [], 12.0),
     case("backoff-not-before-respected-releases-lease", backing_off(at(12)),
          [p.ReleaseLease()], 12.0),
     case("backoff-elapsed-retries-with-new-number", backing_off(at(0)),
          [WS({"transition.kind": "Create", "transition.trigger": "Retry", "transition.to": 9,
-              "latest_generation": 9, "retry.attempt": 2}), *started("Create")], 0),
+              "latest_generation": 9, "retry.attempt": 2,
+              # Work moves again (Progressing), while Ready keeps the last cause until one serves.
+              "Progressing": ("True", "Creating"), "Ready": ("False", "ConnectTimeout"), "Ready.message": TIMED_OUT}),
+          *started("Create")], 0),
 ]
 
 

@@ -31,10 +31,16 @@ NOW, at = b.NOW, b.at
 FORCE = names.ANN_FORCE_RETIRE
 
 
+_BOUND = {"Bound": "True", "Stale": "False"}
+
+
 def claim(name: str, state: CS, *, generation: int = 7, branch: str = "b", references: tuple[str, ...] = (),
-          phase: str | None = "Bound") -> cm.Claim:
+          phase: str | None = "Bound", bound: str | None = "as phase") -> cm.Claim:
+    """A claim whose status (phase, and the Bound condition saying the same unless `bound`) is
+    as this version writes it."""
     return cm.Claim(name=name, uid=f"uid-{name}", runtime=b.RT, generation=generation, fork="plan-42",
-                    branch=branch, state=state, references=references, phase=phase)
+                    branch=branch, state=state, references=references, phase=phase,
+                    bound=_BOUND.get(phase or "") if bound == "as phase" else bound)
 
 
 ELIGIBLE = claim("plan-42-b", CS.COMMIT_ELIGIBLE)
@@ -223,6 +229,23 @@ def test_claims_on_a_gone_generation_are_marked_stale_and_live_ones_bound() -> N
     [write] = decide(o.model_copy(update={"desired_hash": b.HASH2}), NOW).find(p.WriteStatus)
     assert write.status.transition is not None and write.status.transition.pin_wait_since is None
     assert pn.pins(claims=o.claims, runtime=b.RT, generation=7).claims == ()
+
+
+def test_claim_phases_carry_the_bound_condition_and_a_claim_of_an_earlier_version_gets_it() -> None:
+    """A claim marked by an earlier version (phase, no Bound condition) is written once more, so
+    it gets the condition; one whose condition says the same as its phase is left alone."""
+    o = b.observed(status_=b.status(latest=7, history=b.history(6)),
+                   claims=(claim("old-bound", CS.SPECULATIVE, bound=None),
+                           claim("old-stale", CS.COMMITTED, generation=6, phase="Stale", bound=None),
+                           claim("said", CS.SPECULATIVE)))
+    plan = decide(o, NOW)
+    assert [(a.name, a.phase, a.at) for a in plan.find(p.SetClaimPhase)] == [("old-bound", "Bound", NOW),
+                                                                             ("old-stale", "Stale", NOW)]
+    wire = cm.status_wire(cm.ClaimPhase.STALE, "generation 6 of search-mcp is gone (now 7)", NOW)
+    assert wire == {"phase": "Stale", "message": "generation 6 of search-mcp is gone (now 7)", "conditions": [{
+        "type": "Bound", "status": "False", "reason": "Stale", "message": "generation 6 of search-mcp is gone (now 7)",
+        "lastTransitionTime": NOW.strftime("%Y-%m-%dT%H:%M:%SZ")}]}
+    assert cm.status_wire(cm.ClaimPhase.BOUND, "m", NOW)["conditions"][0]["reason"] == "GenerationExists"
 
 
 # 4. Property: a retire never proceeds while an eligible claim touches the generation's footprint ------

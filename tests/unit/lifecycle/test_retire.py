@@ -137,6 +137,13 @@ RETIRE = [
          b.observed(status_=retiring(S.AWAITING_POD_GONE, deadline=0.0), pods=(OLD_STUCK,), desired_hash=b.HASH2),
          [WS({"transition.step": "CleanupFailed", "transition.deadline": None, "transition.to": 8,
               "CleanupFailed": ("True", "PodStuckTerminating"), "Ready": ("False", "CleanupFailed"),
+              # While the failure holds nothing moves (a Deployment's ProgressDeadlineExceeded):
+              # Progressing=False, and both carry the failure's message.
+              "Progressing": ("False", "CleanupFailed"),
+              "Progressing.message": 'pod search-mcp (uid uid-7) still exists 60s after its delete; finalizers: '
+                                     'example.com/hold; held: annotate baton.dev/force-recovery="7" to abandon the pod',
+              "Ready.message": 'pod search-mcp (uid uid-7) still exists 60s after its delete; finalizers: '
+                               'example.com/hold; held: annotate baton.dev/force-recovery="7" to abandon the pod',
               "CleanupFailed.last_transition_time": NOW,
               "last_cleanup_failure.reason": "PodStuckTerminating", "last_cleanup_failure.generation": 7,
               "last_cleanup_failure.pod": name(7), "last_cleanup_failure.uid": "uid-7",

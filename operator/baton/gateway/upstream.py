@@ -1,0 +1,49 @@
+"""Dialling a pod: by UID (the name `<pod uid>.<POD_DOMAIN>` resolves to the IP the API gave
+for that pod, and nothing else resolves), with the headers as a multidict. Does no I/O of its
+own (aiohttp's connector calls the resolver).
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+
+import aiohttp.abc
+import multidict
+
+
+POD_DOMAIN = "pod.baton.invalid"
+POD_ADDRESSES_CAP = 65536
+
+
+class PodResolver(aiohttp.abc.AbstractResolver):
+    """Resolves `<pod uid>.<POD_DOMAIN>` to the IP the API gave for that pod, and nothing
+    else. Dialling by that name keys the connection pool by pod UID: a kept-alive connection
+    opened to one pod is never reused for its successor, even when the successor got the same
+    IP (pod IPs are reused)."""
+
+    def __init__(self) -> None:
+        self.addresses: collections.OrderedDict[str, str] = collections.OrderedDict()
+
+    def name(self, uid: str, ip: str) -> str:
+        self.addresses[uid] = ip
+        self.addresses.move_to_end(uid)
+        while len(self.addresses) > POD_ADDRESSES_CAP:
+            self.addresses.popitem(last=False)
+        return f"{uid}.{POD_DOMAIN}"
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
+        uid, _, domain = host.partition(".")
+        ip = self.addresses.get(uid) if domain == POD_DOMAIN else None
+        if ip is None:
+            raise OSError(f"not a pod this gateway forwards to: {host}")
+        fam = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return [{"hostname": host, "host": ip, "port": port, "family": fam, "proto": 0, "flags": socket.AI_NUMERICHOST}]
+
+    async def close(self) -> None:
+        pass
+
+
+def multidict_of(pairs: list[tuple[str, str]]) -> multidict.CIMultiDict[str]:
+    return multidict.CIMultiDict(pairs)
