@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from typing import TYPE_CHECKING, cast
 
@@ -13,6 +14,9 @@ from baton import faults as faults_mod
 from baton import activities, logs
 from baton import settings as settings_mod
 from baton.k8s import client, configrefs
+
+# kopf exports no public name for the error kopf.run raises when a startup activity failed.
+from kopf._core.engines import activities as kopf_activities
 
 if TYPE_CHECKING:
     # kopf exports no public name for its peer identity type (a NewType of str).
@@ -40,14 +44,24 @@ def gateway(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="baton gateway", description="Baton's gateway: holds calls through a handoff.")
     parser.add_argument("--version", action="version", version=f"baton {baton.version()}")
     parser.parse_args(argv)
-    settings = settings_mod.GatewaySettings.from_env()
+    try:
+        settings = settings_mod.GatewaySettings.from_env()
+    except settings_mod.SettingsError as exc:
+        return _bad_setting(exc)
     logs.configure(settings.log_level)
     try:
         client.load_config()
     except ValueError as exc:  # a connection setting Baton cannot honour (as for the operator)
-        print(f"baton gateway: {exc}", file=sys.stderr)
+        logs.fatal(f"baton gateway: {exc}")
         return 2
     return gateway_main.main(settings)
+
+
+def _bad_setting(exc: settings_mod.SettingsError) -> int:
+    # One JSON line naming the variable, before anything else runs (and before logging is set
+    # up: the log level may be the bad value); exit code 2, as for a bad command line.
+    logs.fatal(f"bad setting {exc}", variable=exc.variable, problem=exc.problem, version=baton.version())
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="watch only this namespace (repeatable; default: BATON_NAMESPACES, else all)")
     parser.add_argument("--version", action="version", version=f"baton {baton.version()}")
     args = parser.parse_args(argv)
-    settings = settings_mod.Settings.from_env()
+    try:
+        settings = settings_mod.Settings.from_env()
+    except settings_mod.SettingsError as exc:
+        return _bad_setting(exc)
     if args.namespace:
         settings = settings_mod.Settings(**{**settings.__dict__, "namespaces": tuple(args.namespace)})
     logs.configure(settings.log_level)
@@ -68,17 +85,30 @@ def main(argv: list[str] | None = None) -> int:
         install_digest_key(settings)
     except (configrefs.DigestKeyError, ValueError) as exc:
         # No digest key, or a connection setting Baton cannot honour: refused before anything connects.
-        print(f"baton: {exc}", file=sys.stderr)
+        logs.fatal(f"baton: {exc}", version=baton.version())
         return 2
+    try:
+        # The API answers and serves both CRDs, or the process ends here with one line (kopf would
+        # log a traceback and retry, and leave its sessions unclosed).
+        asyncio.run(activities.preflight(settings))
+    except activities.StartupError as exc:
+        logs.fatal(f"startup failed: {exc}", stream=sys.stdout, version=baton.version())
+        return 1
     # Read once: the fault injection (tests only) and the clock it shifts, passed down from here.
     faults = faults_mod.Faults.from_env()
     activities.install(settings, clock=faults.clock(), faults=faults)
-    kopf.run(
-        standalone=True,
-        clusterwide=not settings.namespaces,
-        namespaces=list(settings.namespaces),
-        identity=cast("Identity", settings.identity),
-    )
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=list(settings.namespaces),
+            identity=cast("Identity", settings.identity),
+        )
+    except kopf_activities.ActivityError as exc:
+        # A startup that failed inside kopf after the preflight (kopf logged the handler's error).
+        cause = exc.__cause__ or exc
+        logs.fatal(f"startup failed: {cause}", stream=sys.stdout, version=baton.version())
+        return 1
     return 0
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import kopf
 
+import baton
 from baton import clock as clock_mod
 from baton import faults as faults_mod
 from baton import controller as controller_mod
@@ -41,6 +42,61 @@ def install(settings: settings_mod.Settings, *, clock: clock_mod.Clock, faults: 
     CONTROLLER = controller_mod.Controller(settings, clock=clock, faults=faults)
 
 
+class StartupError(Exception):
+    """The API server cannot run Baton (a CRD missing, access refused) or did not answer in time."""
+
+
+_MISSING_RUNTIME_CRD = (
+    "the ToolRuntime CRD (toolruntimes.baton.dev/v1alpha1) is not served: install it "
+    "(kubectl apply -f crds/, or the Helm chart) before starting Baton")
+# Refused, not tolerated: a claim pins a generation, and a view that cannot list claims never
+# fills, so every retire would wait pinSeconds and then block for good, unreported. Acting as if
+# no claim existed would be safe only while the CRD stays absent.
+_MISSING_CLAIM_CRD = (
+    "the ToolRuntimeClaim CRD (toolruntimeclaims.baton.dev/v1alpha1) is not served: install it "
+    "(kubectl apply -f crds/, or the Helm chart) before starting Baton; every retire waits for "
+    "the claims it cannot list")
+# How long the preflight keeps retrying an API server that does not answer (or answers 5xx/429).
+PREFLIGHT_SECONDS = 60.0
+
+
+async def _check_served(namespaces: tuple[str, ...]) -> None:
+    if not await runtimes.runtimes_served(namespaces):
+        raise kopf.PermanentError(_MISSING_RUNTIME_CRD)
+    if not await claims.claims_served(namespaces):
+        raise kopf.PermanentError(_MISSING_CLAIM_CRD)
+
+
+def _transient(exc: BaseException) -> bool:
+    status = client.status_of(exc)
+    return status is None or status >= 500 or status == 429
+
+
+async def preflight(settings: settings_mod.Settings, *, deadline_seconds: float = PREFLIGHT_SECONDS) -> None:
+    """Before kopf starts: the API server answers and serves both CRDs. An unanswered or 5xx API is
+    retried for `deadline_seconds`; then, or at once for a missing CRD or a refusal, StartupError
+    (one log line at the caller, not a traceback). Its connections are closed on every path."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + deadline_seconds
+    await client.start(pool_size=2)
+    try:
+        delay = 1.0
+        while True:
+            try:
+                await _check_served(settings.namespaces)
+                return
+            except kopf.PermanentError as exc:
+                raise StartupError(str(exc)) from None
+            except Exception as exc:
+                if not _transient(exc) or loop.time() + delay > deadline:
+                    raise StartupError(f"the API server did not answer the startup check: {client.short(exc)}") from None
+                log.warning("startup check: %s; retrying in %.0fs", client.short(exc), delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    finally:
+        await client.stop()
+
+
 @kopf.on.startup()
 async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     assert SETTINGS is not None
@@ -53,31 +109,23 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.networking.connect_timeout = 5
     settings.networking.request_timeout = 30
     await client.start()
-    if not await runtimes.runtimes_served(SETTINGS.namespaces):
-        raise kopf.PermanentError(
-            "the ToolRuntime CRD (toolruntimes.baton.dev/v1alpha1) is not served: install it "
-            "(kubectl apply -f crds/, or the Helm chart) before starting Baton"
-        )
-    if not await claims.claims_served(SETTINGS.namespaces):
-        # Refused, not tolerated: a claim pins a generation, and a view that cannot list claims
-        # never fills, so every retire would wait pinSeconds and then block for good, unreported.
-        # Acting as if no claim existed would be safe only while the CRD stays absent.
-        raise kopf.PermanentError(
-            "the ToolRuntimeClaim CRD (toolruntimeclaims.baton.dev/v1alpha1) is not served: install it "
-            "(kubectl apply -f crds/, or the Helm chart) before starting Baton; every retire waits for "
-            "the claims it cannot list"
-        )
     controller = _controller()
+    try:
+        await _check_served(SETTINGS.namespaces)
+        if not controller.started:
+            # The ports first: a bind error fails startup before anything acts (kopf retries it).
+            await server.start(
+                metrics_bind=SETTINGS.metrics_bind,
+                health_bind=SETTINGS.health_bind,
+                is_ready=lambda: (controller.started and not controller.shutting_down,
+                                  "shutting down" if controller.shutting_down else ("ok" if controller.started else "starting")),
+            )
+    except BaseException:
+        await client.stop()  # a retry opens them again; no "Unclosed client session" noise at exit
+        raise
     if not controller.started:
-        # The ports first: a bind error fails startup before anything acts (kopf retries it).
         metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges))
         metrics.REGISTRY.register(metrics.QueueCollector(controller.running))
-        await server.start(
-            metrics_bind=SETTINGS.metrics_bind,
-            health_bind=SETTINGS.health_bind,
-            is_ready=lambda: (controller.started and not controller.shutting_down,
-                                "shutting down" if controller.shutting_down else ("ok" if controller.started else "starting")),
-        )
         controller.start()
         # The views fill in the background: kopf cancels an unfinished startup activity on
         # SIGTERM and then skips cleanup, so nothing after controller.start() may wait here
@@ -92,7 +140,8 @@ _SYNC_REPORT: list["asyncio.Task[None]"] = []
 async def _report_synced(controller: controller_mod.Controller, settings: settings_mod.Settings) -> None:
     if not await controller.views.wait_synced(SYNC_TIMEOUT_SECONDS):
         log.warning("views not filled within %.0fs; acting on what arrived (the rest follows)", SYNC_TIMEOUT_SECONDS)
-    log.info("baton started", extra={"identity": settings.identity, "namespaces": ",".join(settings.namespaces) or "*",
+    log.info("baton started", extra={"version": baton.version(), "identity": settings.identity,
+                                     "namespaces": ",".join(settings.namespaces) or "*",
                                      "workers": settings.workers})
 
 

@@ -206,7 +206,8 @@ class Controller:
                 raise
             except Exception:
                 metrics.PASS_ERRORS.inc()
-                log.exception("pass of %s/%s crashed; again after a back-off", *key)
+                log.exception("pass of %s/%s crashed; again after a back-off", *key,
+                              extra={"runtime": "/".join(key)})
                 self.queue.add_rate_limited(key, self.backoff.when(key))
             finally:
                 self.busy -= 1

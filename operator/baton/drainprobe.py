@@ -22,6 +22,7 @@ import re
 from typing import Any
 
 from baton import metrics
+from baton.model import names
 from baton.model import spec as spec_model
 
 log = logging.getLogger("baton.drainprobe")
@@ -87,7 +88,7 @@ class Prober:
         try:
             return await self._probe(pod=pod, probe=probe, timeout=probe.timeout_seconds if timeout is None else timeout)
         except Exception as exc:  # noqa: BLE001 - every failure is a reported "not idle"
-            log.warning("drain probe failed unexpectedly: %s: %s", type(exc).__name__, exc)
+            log.warning("drain probe failed unexpectedly: %s: %s", type(exc).__name__, exc, extra=_where(pod))
             return self._error("error", f"{type(exc).__name__}: {exc}"[:200])
 
     async def _probe(self, *, pod: dict[str, Any], probe: spec_model.DrainProbe, timeout: float) -> Result:
@@ -109,7 +110,8 @@ class Prober:
                 if len(self._refused_ips) >= REFUSED_IPS_REMEMBERED:
                     self._refused_ips.clear()
                 self._refused_ips.add(ip)
-                log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip)
+                log.warning("drain probe not sent: pod IP %s is outside BATON_PROBE_ALLOWED_CIDRS", ip,
+                            extra=_where(pod))
             return self._error("outside-cidrs", f"pod IP {ip} is outside the allowed CIDRs")
         try:
             async with asyncio.timeout(timeout):
@@ -150,3 +152,9 @@ class Prober:
     def _error(kind: str, text: str) -> Result:
         metrics.DRAIN_PROBE_ERRORS.labels(kind=kind).inc()
         return Result(idle=False, error=text)
+
+
+def _where(pod: dict[str, Any]) -> dict[str, str]:
+    """The log records' `runtime` (namespace/name) of the runtime that owns `pod`."""
+    meta = pod.get("metadata") or {}
+    return {"runtime": f"{meta.get('namespace', '')}/{(meta.get('labels') or {}).get(names.LABEL_RUNTIME, '')}"}

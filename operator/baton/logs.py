@@ -35,6 +35,16 @@ def formatter() -> logging.Formatter:
     )
 
 
+def fatal(message: str, *, stream: TextIO | None = None, **fields: object) -> None:
+    """One CRITICAL JSON line on stderr (by default), for what ends the process before or instead
+    of its work: a bad setting, a failed startup. No traceback: the message says what to fix."""
+    record = logging.LogRecord("baton", logging.CRITICAL, __file__, 0, message, None, None)
+    record.__dict__.update(fields)
+    out = sys.stderr if stream is None else stream
+    out.write(formatter().format(record) + "\n")
+    out.flush()
+
+
 def _log_uncaught(exc_type: type[BaseException], exc: BaseException, tb: types.TracebackType | None) -> None:
     # A crash before or outside kopf (bad kubeconfig, a bug at import) is a JSON line too.
     logging.getLogger("baton").critical("uncaught exception: %s", exc, exc_info=(exc_type, exc, tb))

@@ -131,7 +131,7 @@ class Probes:
                 try:
                     result = await self.prober.probe(pod=pod, probe=probe, timeout=max(0.001, end - loop.time()))
                 except Exception as exc:  # noqa: BLE001 - a prober that raises is a "not idle", never a crash
-                    log.warning("drain probe raised: %s: %s", type(exc).__name__, exc)
+                    log.warning("drain probe raised: %s: %s", type(exc).__name__, exc, extra={"runtime": "/".join(key)})
                     result = drainprobe.Result(idle=False, error=f"{type(exc).__name__}: {exc}"[:200])
                 finally:
                     self.running -= 1

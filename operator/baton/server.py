@@ -53,12 +53,19 @@ async def start(
     *, metrics_bind: tuple[str, int], health_bind: tuple[str, int], is_ready: ReadyCheck
 ) -> list[web.AppRunner]:
     """Serve the endpoints; the caller keeps the runners (cleanup() stops them)."""
-    runners = []
-    for (host, port), app in applications(
-        metrics_bind=metrics_bind, health_bind=health_bind, is_ready=is_ready
-    ).items():
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        runners.append(runner)
+    runners: list[web.AppRunner] = []
+    try:
+        for (host, port), app in applications(
+            metrics_bind=metrics_bind, health_bind=health_bind, is_ready=is_ready
+        ).items():
+            runner = web.AppRunner(app, access_log=None)
+            runners.append(runner)
+            await runner.setup()
+            # An empty host is every address of both families (None to aiohttp and asyncio).
+            await web.TCPSite(runner, host or None, port).start()
+    except BaseException:
+        # A bind that failed (port taken) must not leave the other port bound for the retry.
+        for r in runners:
+            await r.cleanup()
+        raise
     return runners

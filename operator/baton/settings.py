@@ -1,4 +1,11 @@
-"""Operator settings from the environment (the Helm chart sets these)."""
+"""Operator and gateway settings from the environment (the Helm chart sets these). No I/O beyond
+reading the environment.
+
+Each variable is one field of a pydantic model (its alias is the variable's name), so a bad value
+is refused before anything starts, with an error naming the variable: SettingsError, which
+`python -m baton` reports as one JSON line on stderr and exit code 2. An empty variable counts as
+unset (the chart renders empty values), except the CIDR lists, where empty means "none".
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,21 @@ import dataclasses
 import ipaddress
 import os
 import socket
+from typing import Annotated, Any, ClassVar, Literal
+
+import pydantic
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Bind = tuple[str, int]
+
+
+class SettingsError(ValueError):
+    """A variable with a value Baton refuses; `variable` names it, `problem` says why."""
+
+    def __init__(self, *, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+        self.problem = problem
 
 
 def _default_identity() -> str:
@@ -13,43 +35,117 @@ def _default_identity() -> str:
     return pod or f"{socket.gethostname()}-{os.getpid()}"
 
 
-def _bind(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return (host or "0.0.0.0", int(port))
+def parse_bind(text: str) -> Bind:
+    """`host:port`, `[v6 address]:port`, `:port` or `port`. An empty host means every address of
+    both families (asyncio binds 0.0.0.0 and :: side by side); `0.0.0.0` is IPv4 only and `::` is
+    IPv6 only (asyncio sets IPV6_V6ONLY)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]")
+        if not sep or not port.startswith(":"):
+            raise ValueError("write [address]:port")
+        port = port[1:]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{host!r} in brackets is not an IPv6 address") from None
+    else:
+        host, _, port = text.rpartition(":")
+        if ":" in host:
+            raise ValueError("write an IPv6 address in brackets, e.g. [::1]:8080")
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("the port must be a number in 0..65535")
+    return (host, int(port))
 
 
-def _flag(env: dict[str, str], name: str, default: bool = True) -> bool:
-    text = env.get(name, "").strip().lower()
-    if not text:
-        return default
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ValueError(f"{name} must be true or false, got {text!r}")
+def format_address(host: str, port: int) -> str:
+    """host:port as a URL or a Lease annotation writes it ([v6]:port)."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _bounded(env: dict[str, str], name: str, default: int, low: int, high: int) -> int:
-    text = env.get(name) or str(default)
-    try:
-        n = int(text)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number in {low}..{high}, got {text!r}") from None
-    if not low <= n <= high:
-        raise ValueError(f"{name} must be in {low}..{high}, got {n}")
-    return n
+def _networks(text: str) -> tuple[Network, ...]:
+    return tuple(ipaddress.ip_network(c.strip(), strict=False) for c in text.split(",") if c.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def _as_str(parse: Any) -> Any:
+    # Values come from the environment as text; only text is parsed (a tuple given in code, e.g.
+    # a test's model_validate, passes through).
+    return pydantic.BeforeValidator(lambda v: parse(v) if isinstance(v, str) else v)
+
+
+BindField = Annotated[Bind, _as_str(parse_bind)]
+Networks = Annotated[tuple[Network, ...], _as_str(_networks)]
+Names = Annotated[tuple[str, ...], _as_str(_names)]
+
+
+LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                     pydantic.BeforeValidator(lambda v: v.strip().upper() if isinstance(v, str) else v)]
+Seconds = Annotated[float, pydantic.Field(ge=0, allow_inf_nan=False)]
+
+
+class _Env(pydantic.BaseModel):
+    """The variables, by name (each field's alias); unknown variables are ignored."""
+
+    model_config = pydantic.ConfigDict(extra="ignore", frozen=True)
+    # Variables where an empty value means an empty list, not "unset".
+    EMPTY_IS_A_VALUE: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def read(cls, env: dict[str, str] | None) -> Any:
+        e = os.environ if env is None else env
+        known = {f.alias for f in cls.model_fields.values() if f.alias}
+        given = {k: v for k, v in e.items() if k in known and (v.strip() or k in cls.EMPTY_IS_A_VALUE)}
+        try:
+            return cls.model_validate(given)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            variable = str(first["loc"][0]) if first["loc"] else "environment"
+            problem = str(first["msg"]).removeprefix("Value error, ")
+            if variable in given:
+                problem += f", got {given[variable]!r}"
+            raise SettingsError(variable=variable, problem=problem) from None
+
+
+def _f(name: str, default: Any, **bounds: Any) -> Any:
+    return pydantic.Field(default, alias=name, **bounds)
+
+
+class _OperatorEnv(_Env):
+    EMPTY_IS_A_VALUE: ClassVar[frozenset[str]] = frozenset({"BATON_PROBE_ALLOWED_CIDRS"})
+
+    identity: str | None = _f("BATON_INSTANCE_ID", None)
+    namespaces: Names = _f("BATON_NAMESPACES", ())
+    metrics_bind: BindField = _f("BATON_METRICS_BIND", ("", 8080))
+    health_bind: BindField = _f("BATON_HEALTH_BIND", ("", 8081))
+    lease_seconds: int = _f("BATON_LEASE_SECONDS", 15, ge=3, le=300)
+    backoff_base_seconds: float = _f("BATON_BACKOFF_BASE_SECONDS", 5.0, gt=0, le=3600, allow_inf_nan=False)
+    shutdown_grace_seconds: Seconds = _f("BATON_SHUTDOWN_GRACE_SECONDS", 25.0)
+    probe_allowed: Networks = _f("BATON_PROBE_ALLOWED_CIDRS", "0.0.0.0/0,::/0", validate_default=True)
+    log_level: LogLevel = _f("BATON_LOG_LEVEL", "INFO")
+    probe_concurrency: int = _f("BATON_PROBE_CONCURRENCY", 64, ge=1, le=1024)
+    workers: int = _f("BATON_WORKERS", 8, ge=1, le=256)
+    watch_configmaps: bool = _f("BATON_WATCH_CONFIGMAPS", True)
+    watch_secrets: bool = _f("BATON_WATCH_SECRETS", True)
+    resync_seconds: int = _f("BATON_RESYNC_SECONDS", 300, ge=5, le=86400)
+    system_namespace: str = _f("BATON_SYSTEM_NAMESPACE", "default")
+    digest_key_file: str = _f("BATON_DIGEST_KEY_FILE", "")
+    shard_ranges: int = _f("BATON_SHARD_RANGES", 0, ge=0, le=1024)
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
     identity: str
     namespaces: tuple[str, ...]  # empty: all namespaces
-    metrics_bind: tuple[str, int]
-    health_bind: tuple[str, int]
+    metrics_bind: Bind
+    health_bind: Bind
     lease_seconds: int
     backoff_base_seconds: float
     shutdown_grace_seconds: float
-    probe_allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    probe_allowed: tuple[Network, ...]
     log_level: str
     # Drain probes in flight at once (async sockets, apart from Lease renewals).
     probe_concurrency: int = 64
@@ -73,35 +169,13 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
-        e = dict(os.environ if env is None else env)
-        namespaces = tuple(n.strip() for n in e.get("BATON_NAMESPACES", "").split(",") if n.strip())
-        allowed = tuple(
-            ipaddress.ip_network(c.strip(), strict=False)
-            for c in e.get("BATON_PROBE_ALLOWED_CIDRS", "0.0.0.0/0,::/0").split(",")
-            if c.strip()
-        )
-        lease_seconds = int(e.get("BATON_LEASE_SECONDS", "15"))
-        if not 3 <= lease_seconds <= 300:
-            raise ValueError(f"BATON_LEASE_SECONDS must be in 3..300, got {lease_seconds}")
-        return cls(
-            identity=e.get("BATON_INSTANCE_ID") or _default_identity(),
-            namespaces=namespaces,
-            metrics_bind=_bind(e.get("BATON_METRICS_BIND", "0.0.0.0:8080")),
-            health_bind=_bind(e.get("BATON_HEALTH_BIND", "0.0.0.0:8081")),
-            lease_seconds=lease_seconds,
-            backoff_base_seconds=float(e.get("BATON_BACKOFF_BASE_SECONDS", "5")),
-            shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
-            probe_allowed=allowed,
-            log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
-            probe_concurrency=_bounded(e, "BATON_PROBE_CONCURRENCY", 64, 1, 1024),
-            workers=_bounded(e, "BATON_WORKERS", 8, 1, 256),
-            watch_configmaps=_flag(e, "BATON_WATCH_CONFIGMAPS"),
-            watch_secrets=_flag(e, "BATON_WATCH_SECRETS"),
-            resync_seconds=_bounded(e, "BATON_RESYNC_SECONDS", 300, 5, 86400),
-            system_namespace=e.get("BATON_SYSTEM_NAMESPACE", "").strip() or "default",
-            digest_key_file=e.get("BATON_DIGEST_KEY_FILE", "").strip(),
-            shard_ranges=_bounded(e, "BATON_SHARD_RANGES", 0, 0, 1024),
-        )
+        """Raises SettingsError naming the first bad variable."""
+        parsed = _OperatorEnv.read(env)
+        fields = parsed.model_dump()
+        fields["identity"] = parsed.identity or _default_identity()
+        fields["system_namespace"] = parsed.system_namespace.strip() or "default"
+        fields["digest_key_file"] = parsed.digest_key_file.strip()
+        return cls(**fields)
 
 
 # Pod networks are private ranges in practice; loopback, link-local (the cloud metadata service)
@@ -109,11 +183,27 @@ class Settings:
 GATEWAY_DEFAULT_CIDRS = "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8"
 
 
-def _networks(text: str, name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    try:
-        return tuple(ipaddress.ip_network(c.strip(), strict=False) for c in text.split(",") if c.strip())
-    except ValueError as exc:
-        raise ValueError(f"{name}: {exc}") from None
+class _GatewayEnv(_Env):
+    EMPTY_IS_A_VALUE: ClassVar[frozenset[str]] = frozenset({"BATON_GATEWAY_ALLOWED_CIDRS"})
+
+    identity: str | None = _f("BATON_INSTANCE_ID", None)
+    system_namespace: str = _f("BATON_SYSTEM_NAMESPACE", "default")
+    namespaces: Names = _f("BATON_NAMESPACES", ())
+    bind: BindField = _f("BATON_GATEWAY_BIND", ("", 8000))
+    admin_bind: BindField = _f("BATON_GATEWAY_ADMIN_BIND", ("", 8082))
+    admin_address: str | None = _f("BATON_GATEWAY_ADMIN_ADDRESS", None)
+    pod_ip: str | None = _f("POD_IP", None)
+    metrics_bind: BindField = _f("BATON_METRICS_BIND", ("", 8080))
+    health_bind: BindField = _f("BATON_HEALTH_BIND", ("", 8081))
+    allowed: Networks = _f("BATON_GATEWAY_ALLOWED_CIDRS", GATEWAY_DEFAULT_CIDRS, validate_default=True)
+    lease_seconds: int = _f("BATON_GATEWAY_LEASE_SECONDS", 15, ge=3, le=300)
+    cluster_domain: str = _f("BATON_CLUSTER_DOMAIN", "cluster.local")
+    shutdown_grace_seconds: Seconds = _f("BATON_SHUTDOWN_GRACE_SECONDS", 25.0)
+    log_level: LogLevel = _f("BATON_LOG_LEVEL", "INFO")
+    max_held_per_runtime: int = _f("BATON_GATEWAY_MAX_HELD", 1000, ge=1, le=100000)
+    max_held_body_bytes: int = _f("BATON_GATEWAY_MAX_HELD_BODY_BYTES", 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    idle_timeout_seconds: int = _f("BATON_GATEWAY_IDLE_SECONDS", 300, ge=1, le=86400)
+    header_timeout_seconds: int = _f("BATON_GATEWAY_HEADER_SECONDS", 10, ge=1, le=300)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,12 +213,12 @@ class GatewaySettings:
     identity: str
     system_namespace: str  # where the registration Lease lives
     namespaces: tuple[str, ...]  # watched for ToolRuntimes and pods; empty: all
-    bind: tuple[str, int]  # calls
-    admin_bind: tuple[str, int]  # the operator's seal and in-flight calls
+    bind: Bind  # calls
+    admin_bind: Bind  # the operator's seal and in-flight calls
     admin_address: str  # host:port the operator dials (the Lease's annotation)
-    metrics_bind: tuple[str, int]
-    health_bind: tuple[str, int]
-    allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    metrics_bind: Bind
+    health_bind: Bind
+    allowed: tuple[Network, ...]
     lease_seconds: int
     cluster_domain: str
     shutdown_grace_seconds: float
@@ -145,27 +235,27 @@ class GatewaySettings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "GatewaySettings":
-        e = dict(os.environ if env is None else env)
-        admin_bind = _bind(e.get("BATON_GATEWAY_ADMIN_BIND", "0.0.0.0:8082"))
-        host = admin_bind[0]
+        """Raises SettingsError naming the first bad variable."""
+        p = _GatewayEnv.read(env)
+        host = p.admin_bind[0]
         if host in ("0.0.0.0", "::", ""):
-            host = e.get("POD_IP") or socket.gethostname()
+            host = p.pod_ip or socket.gethostname()
         return cls(
-            identity=e.get("BATON_INSTANCE_ID") or _default_identity(),
-            system_namespace=e.get("BATON_SYSTEM_NAMESPACE") or "default",
-            namespaces=tuple(n.strip() for n in e.get("BATON_NAMESPACES", "").split(",") if n.strip()),
-            bind=_bind(e.get("BATON_GATEWAY_BIND", "0.0.0.0:8000")),
-            admin_bind=admin_bind,
-            admin_address=e.get("BATON_GATEWAY_ADMIN_ADDRESS") or f"{host}:{admin_bind[1]}",
-            metrics_bind=_bind(e.get("BATON_METRICS_BIND", "0.0.0.0:8080")),
-            health_bind=_bind(e.get("BATON_HEALTH_BIND", "0.0.0.0:8081")),
-            allowed=_networks(e.get("BATON_GATEWAY_ALLOWED_CIDRS", GATEWAY_DEFAULT_CIDRS), "BATON_GATEWAY_ALLOWED_CIDRS"),
-            lease_seconds=_bounded(e, "BATON_GATEWAY_LEASE_SECONDS", 15, 3, 300),
-            cluster_domain=(e.get("BATON_CLUSTER_DOMAIN") or "cluster.local").strip("."),
-            shutdown_grace_seconds=float(e.get("BATON_SHUTDOWN_GRACE_SECONDS", "25")),
-            log_level=e.get("BATON_LOG_LEVEL", "INFO").upper(),
-            max_held_per_runtime=_bounded(e, "BATON_GATEWAY_MAX_HELD", 1000, 1, 100000),
-            max_held_body_bytes=_bounded(e, "BATON_GATEWAY_MAX_HELD_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
-            idle_timeout_seconds=float(_bounded(e, "BATON_GATEWAY_IDLE_SECONDS", 300, 1, 86400)),
-            header_timeout_seconds=float(_bounded(e, "BATON_GATEWAY_HEADER_SECONDS", 10, 1, 300)),
+            identity=p.identity or _default_identity(),
+            system_namespace=p.system_namespace,
+            namespaces=p.namespaces,
+            bind=p.bind,
+            admin_bind=p.admin_bind,
+            admin_address=p.admin_address or format_address(host, p.admin_bind[1]),
+            metrics_bind=p.metrics_bind,
+            health_bind=p.health_bind,
+            allowed=p.allowed,
+            lease_seconds=p.lease_seconds,
+            cluster_domain=p.cluster_domain.strip("."),
+            shutdown_grace_seconds=p.shutdown_grace_seconds,
+            log_level=p.log_level,
+            max_held_per_runtime=p.max_held_per_runtime,
+            max_held_body_bytes=p.max_held_body_bytes,
+            idle_timeout_seconds=float(p.idle_timeout_seconds),
+            header_timeout_seconds=float(p.header_timeout_seconds),
         )

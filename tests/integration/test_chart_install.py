@@ -131,7 +131,7 @@ GRANTED = [
     ("get", "leases.coordination.k8s.io"), ("list", "leases.coordination.k8s.io"),
     ("watch", "leases.coordination.k8s.io"), ("create", "leases.coordination.k8s.io"),
     ("update", "leases.coordination.k8s.io"), ("delete", "leases.coordination.k8s.io"),
-    ("create", "events"),
+    ("create", "events"), ("patch", "events"),
     ("list", "endpointslices.discovery.k8s.io"), ("watch", "endpointslices.discovery.k8s.io"),
     ("create", "endpointslices.discovery.k8s.io"), ("patch", "endpointslices.discovery.k8s.io"),
     ("delete", "endpointslices.discovery.k8s.io"),

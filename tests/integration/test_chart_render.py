@@ -211,8 +211,9 @@ def test_deployment_is_restricted_and_probed() -> None:
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     env = container_env(dep)
-    assert env["BATON_HEALTH_BIND"] == f"0.0.0.0:{ports['health']}"
-    assert env["BATON_METRICS_BIND"] == f"0.0.0.0:{ports['metrics']}"
+    # No host: every address of both families (bindAddress, default empty).
+    assert env["BATON_HEALTH_BIND"] == f":{ports['health']}"
+    assert env["BATON_METRICS_BIND"] == f":{ports['metrics']}"
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["BATON_NAMESPACES"] == ""
     assert c["resources"]["requests"] and c["resources"]["limits"]["memory"]
@@ -454,13 +455,13 @@ def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
         "POD_IP": {"fieldRef": {"fieldPath": "status.podIP"}},
         "BATON_SYSTEM_NAMESPACE": "baton-system",
         "BATON_NAMESPACES": "",
-        "BATON_GATEWAY_BIND": "0.0.0.0:8000",
-        "BATON_GATEWAY_ADMIN_BIND": "0.0.0.0:8082",
+        "BATON_GATEWAY_BIND": ":8000",
+        "BATON_GATEWAY_ADMIN_BIND": ":8082",
         "BATON_GATEWAY_ALLOWED_CIDRS": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8",
         "BATON_GATEWAY_LEASE_SECONDS": "15",
         "BATON_GATEWAY_HEADER_SECONDS": "10",
-        "BATON_METRICS_BIND": "0.0.0.0:8080",
-        "BATON_HEALTH_BIND": "0.0.0.0:8081",
+        "BATON_METRICS_BIND": ":8080",
+        "BATON_HEALTH_BIND": ":8081",
         "BATON_SHUTDOWN_GRACE_SECONDS": "25",
         "BATON_LOG_LEVEL": "INFO",
         "PYTHONDONTWRITEBYTECODE": "1",
@@ -471,7 +472,7 @@ def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
     plain = {k: v for k, v in env.items() if isinstance(v, str)}
     s = settings_mod.GatewaySettings.from_env({**plain, "BATON_INSTANCE_ID": "baton-gateway-abc", "POD_IP": "10.1.2.3"})
     assert s.identity == "baton-gateway-abc" and s.system_namespace == "baton-system"
-    assert s.bind == ("0.0.0.0", 8000) and s.admin_bind == ("0.0.0.0", 8082)
+    assert s.bind == ("", 8000) and s.admin_bind == ("", 8082)
     assert s.admin_address == "10.1.2.3:8082"
     assert s.lease_seconds == 15 and s.shutdown_grace_seconds == 25.0
     assert [str(n) for n in s.allowed] == env["BATON_GATEWAY_ALLOWED_CIDRS"].split(",")
@@ -507,7 +508,7 @@ def test_gateway_values_reach_the_container() -> None:
                                                "gateway.extraEnv": [{"name": "BATON_GATEWAY_MAX_HELD", "value": "50"}]}))
     env = container_env(dep)
     assert env["BATON_GATEWAY_LEASE_SECONDS"] == "30"
-    assert env["BATON_GATEWAY_BIND"] == "0.0.0.0:9000" and env["BATON_GATEWAY_ADMIN_BIND"] == "0.0.0.0:9001"
+    assert env["BATON_GATEWAY_BIND"] == ":9000" and env["BATON_GATEWAY_ADMIN_BIND"] == ":9001"
     assert env["BATON_GATEWAY_ALLOWED_CIDRS"] == "10.244.0.0/16"
     assert env["BATON_NAMESPACES"] == "agents"
     assert env["BATON_SHUTDOWN_GRACE_SECONDS"] == "55"
@@ -608,3 +609,23 @@ def test_the_digest_key_file_is_readable_by_the_operators_user(values: Path | No
     assert mode & 0o004 or (fs_group is not None and mode & 0o040), (oct(mode), fs_group)
     [c] = pod["containers"]
     assert any(m["name"] == "digest-key" and m.get("readOnly") for m in c["volumeMounts"])
+
+
+@pytest.mark.parametrize("address,rendered,host", [
+    ("0.0.0.0", "0.0.0.0:8081", "0.0.0.0"), ("::", "[::]:8081", "::"), ("fd00::1", "[fd00::1]:8081", "fd00::1"),
+])
+def test_bind_address_reaches_every_port_and_parses(address: str, rendered: str, host: str) -> None:
+    """bindAddress replaces the hard-coded 0.0.0.0 of every port (operator and gateway); an IPv6
+    literal is rendered in brackets, which baton.settings reads back."""
+    settings_mod = importlib.import_module("baton.settings")
+    docs = render({"bindAddress": address, "gateway.enabled": "true"})
+    [op_dep] = [o for o in by_kind(docs, "Deployment") if o["metadata"]["name"] == "baton"]
+    op_env = container_env(op_dep)
+    gw_env = container_env(_gateway_deployment(docs))
+    assert op_env["BATON_HEALTH_BIND"] == rendered and gw_env["BATON_HEALTH_BIND"] == rendered
+    assert op_env["BATON_METRICS_BIND"] == rendered.replace("8081", "8080")
+    assert gw_env["BATON_GATEWAY_BIND"] == rendered.replace("8081", "8000")
+    s = settings_mod.Settings.from_env({k: v for k, v in op_env.items() if isinstance(v, str)})
+    assert s.health_bind == (host, 8081) and s.metrics_bind == (host, 8080)
+    with pytest.raises(AssertionError, match="bindAddress"):
+        render({"bindAddress": "[::1]"})  # brackets are the chart's to add: refused by the schema

@@ -173,7 +173,17 @@ def test_operator_logs_are_json_lines_and_metrics_are_complete(
     assert all(isinstance(ref, dict) for ref in refs)
     messages = [r["message"] for r in records if r["logger"].startswith("baton")]
     assert "baton started" in messages and "stopped" in messages
+    [started] = [r for r in records if r["message"] == "baton started"]
+    assert started["version"] == baton_pkg.version(), started
     assert any(r.get("runtime") == f"{namespace}/observed" for r in records), "no record names the runtime"
+    # Every Baton record that speaks of the runtime carries it as a field (filterable, not parsed
+    # out of the message), and no message carries a \u escape.
+    about = [r for r in records if r["logger"].startswith("baton") and f"{namespace}/observed" in r["message"]]
+    assert about, "no record of the pass speaks of the runtime"
+    print(f"{len(about)} records speak of {namespace}/observed, all with runtime")
+    assert all(r.get("runtime") == f"{namespace}/observed" for r in about), \
+        [r for r in about if r.get("runtime") != f"{namespace}/observed"]
+    assert "\\u" not in op.log_text()
 
 
 class _SilentListener:

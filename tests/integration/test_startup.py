@@ -5,6 +5,7 @@ startup activity used to wait up to 60 s for the views while the workers already
 Lease taken in those seconds was never handed back (the next replica waited a Lease duration)."""
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 from typing import Any, Callable
@@ -77,5 +78,10 @@ def test_a_missing_claim_crd_is_refused_at_startup_naming_it(operators: Start, c
         assert code != 0, op.log_tail()
         assert "the ToolRuntimeClaim CRD (toolruntimeclaims.baton.dev/v1alpha1) is not served" in op.log_text(), \
             op.log_tail()
+        # One JSON line says so, last; no traceback, no unclosed aiohttp session behind it.
+        text = op.log_text()
+        assert "Traceback" not in text and "Unclosed" not in text, op.log_tail()
+        last = json.loads(text.splitlines()[-1])
+        assert last["severity"] == "CRITICAL" and "toolruntimeclaims.baton.dev" in last["message"], last
     finally:
         install_crd(cluster)

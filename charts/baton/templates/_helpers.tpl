@@ -146,11 +146,12 @@ Baton touches is namespaced, so the rules are the same in both scopes.
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "list", "watch", "create", "update", "delete"]
-# Events on ToolRuntimes (CleanupFailed, ForceRecovered, StaleReset, ...): each one is created
-# under a unique name, never updated (kopf's own event posting is off).
+# Events on ToolRuntimes (CleanupFailed, ForceRecovered, StaleReset, ...): created under a unique
+# name; a repeat of the same one within minutes patches its count (client-go's correlation).
+# kopf's own event posting is off.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create"]
+  verbs: ["create", "patch"]
 # Stop admission = wait until no EndpointSlice of the runtime's Service lists the old pod ready
 # (watched by label baton.dev/runtime, which the EndpointSlice controller copies from the Service).
 # With spec.service.gateway the Service has no selector and Baton writes its one EndpointSlice
@@ -231,4 +232,13 @@ watched, nothing else); test_chart_render checks them against what the code decl
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+{{- end -}}
+
+{{/*
+A bind address from .Values.bindAddress and a port: ":8080" (every address of both families),
+"10.0.0.1:8080", or "[fd00::1]:8080" (an IPv6 literal in brackets).
+*/}}
+{{- define "baton.bind" -}}
+{{- $host := .host | default "" -}}
+{{- if contains ":" $host -}}[{{ $host }}]:{{ .port }}{{- else -}}{{ $host }}:{{ .port }}{{- end -}}
 {{- end -}}

@@ -77,7 +77,8 @@ class LeaseKeeper:
             log.info("runtime %s/%s is gone: deleted the Lease this process held for it", ns, name,
                      extra={"runtime": f"{ns}/{name}"})
         except Exception as exc:  # the garbage collector remains (the Lease is owned by the runtime)
-            log.warning("Lease of the deleted runtime %s/%s not deleted: %s", ns, name, client.short(exc))
+            log.warning("Lease of the deleted runtime %s/%s not deleted: %s", ns, name, client.short(exc),
+                        extra={"runtime": f"{ns}/{name}"})
 
     def drop(self, key: Key) -> None:
         held = self.held.pop(key, None)
@@ -115,7 +116,8 @@ class LeaseKeeper:
             wake()
             return False
         except Exception as exc:  # transient API trouble: retry at the next tick
-            log.warning("Lease renewal of %s/%s failed: %s", ns, name, client.short(exc))
+            log.warning("Lease renewal of %s/%s failed: %s", ns, name, client.short(exc),
+                        extra={"runtime": f"{ns}/{name}"})
         return True
 
     async def acquire(
@@ -180,4 +182,5 @@ class LeaseKeeper:
                 await leases.release_lease(namespace=ns, name=names.lease_name(name), identity=self.identity,
                                            last=held.last if held else None)
             except Exception as exc:
-                log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc))
+                log.warning("could not release Lease of %s/%s: %s", ns, name, client.short(exc),
+                            extra={"runtime": f"{ns}/{name}"})

@@ -43,7 +43,8 @@ def application(state: state_mod.State) -> web.Application:
         first = uid not in state.sealed
         state.seal(uid, (str(doc["namespace"]), str(doc["runtime"])))
         if first:
-            log.info("sealed %s/%s pod %s: %d in flight", doc["namespace"], doc["runtime"], uid, state.inflight[uid])
+            log.info("sealed %s/%s pod %s: %d in flight", doc["namespace"], doc["runtime"], uid, state.inflight[uid],
+                     extra={"runtime": f"{doc['namespace']}/{doc['runtime']}"})
         return web.json_response({"sealed": True, "inflight": state.inflight[uid]})
 
     async def inflight(request: web.Request) -> web.Response:

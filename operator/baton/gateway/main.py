@@ -11,13 +11,17 @@ keeps counting what is in flight here) until then, and is deleted last.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+import sys
 import time
 
 from aiohttp import web
 
-from baton import server
+import baton
+from baton import logs, server
+from baton import settings as settings_mod
 from baton.gateway import admin, gwmetrics, listener, proxy, registrar, state, views
 from baton.k8s import client
 from baton.settings import GatewaySettings
@@ -29,8 +33,13 @@ SEALED_SWEEP_SECONDS = 30.0
 async def _serve(app: web.Application, bind: tuple[str, int], *, shutdown_timeout: float = 5.0) -> tuple[web.AppRunner, web.TCPSite]:
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    site = web.TCPSite(runner, bind[0], bind[1])
-    await site.start()
+    # An empty host is every address of both families (None to aiohttp and asyncio).
+    site = web.TCPSite(runner, bind[0] or None, bind[1])
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     return runner, site
 
 
@@ -40,43 +49,59 @@ async def run(settings: GatewaySettings) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
-    await client.start(pool_size=16)
-    st = state.State()
-    vw = views.GatewayViews(namespaces=settings.namespaces, state=st)
-    watch_api = client.open_watches(informers=vw.informer_count())
-    listed_once = False
+    # What startup opened, closed again if it fails half-way (a port taken): one error line at
+    # exit, not aiohttp's "Unclosed client session" noise.
+    async with contextlib.AsyncExitStack() as undo:
+        await client.start(pool_size=16)
+        undo.push_async_callback(client.stop)
+        st = state.State()
+        vw = views.GatewayViews(namespaces=settings.namespaces, state=st)
+        watch_api = client.open_watches(informers=vw.informer_count())
+        listed_once = False
 
-    async def relist() -> bool:
-        nonlocal listed_once
-        if listed_once:
-            await vw.relist()
-        listed_once = True
-        return await vw.wait_synced(60)
+        async def relist() -> bool:
+            nonlocal listed_once
+            if listed_once:
+                await vw.relist()
+            listed_once = True
+            return await vw.wait_synced(60)
 
-    reg = registrar.Registrar(namespace=settings.system_namespace, instance=settings.identity,
-                              admin=settings.admin_address, duration_seconds=settings.lease_seconds,
-                              relist=relist, on_change=st.wake_all)
-    px = proxy.Proxy(settings=settings, views=vw, state=st, forwarding=reg.forwarding)
-    await px.start()
+        reg = registrar.Registrar(namespace=settings.system_namespace, instance=settings.identity,
+                                  admin=settings.admin_address, duration_seconds=settings.lease_seconds,
+                                  relist=relist, on_change=st.wake_all)
+        px = proxy.Proxy(settings=settings, views=vw, state=st, forwarding=reg.forwarding)
+        await px.start()
+        undo.push_async_callback(px.close)
 
-    def ready() -> tuple[bool, str]:
-        if px.shutting_down:
-            return False, "shutting down"
-        return (True, "forwarding") if reg.forwarding() else (False, "not registered or views not listed")
+        def ready() -> tuple[bool, str]:
+            if px.shutting_down:
+                return False, "shutting down"
+            return (True, "forwarding") if reg.forwarding() else (False, "not registered or views not listed")
 
-    runners = await server.start(metrics_bind=settings.metrics_bind, health_bind=settings.health_bind, is_ready=ready)
-    admin_runner, _ = await _serve(admin.application(st), settings.admin_bind)
-    await reg.start()
-    vw.start(watch_api)
-    reg_task = asyncio.create_task(reg.run(), name="gateway registration")
+        runners = await server.start(metrics_bind=settings.metrics_bind, health_bind=settings.health_bind, is_ready=ready)
+        for r in runners:
+            undo.push_async_callback(r.cleanup)
+        admin_runner, _ = await _serve(admin.application(st), settings.admin_bind)
+        undo.push_async_callback(admin_runner.cleanup)
+        await reg.start()
+        vw.start(watch_api)
+        undo.push_async_callback(vw.stop)
+        reg_task = asyncio.create_task(reg.run(), name="gateway registration")
+        undo.callback(reg_task.cancel)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", px.handle)
-    calls = listener.CallsListener(app, settings.bind, header_seconds=settings.header_timeout_seconds,
-                                   on_cut=gwmetrics.HEADER_TIMEOUTS.inc)
-    await calls.start()
-    log.info("gateway %s: calls on %s:%s, admin on %s (Lease %s/%s)", settings.identity, *settings.bind,
-             settings.admin_address, settings.system_namespace, reg.instance)
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", px.handle)
+        calls = listener.CallsListener(app, settings.bind, header_seconds=settings.header_timeout_seconds,
+                                       on_cut=gwmetrics.HEADER_TIMEOUTS.inc)
+        try:
+            await calls.start()
+        except BaseException:
+            await calls.runner.cleanup()
+            raise
+        undo.pop_all()  # started: the shutdown below closes everything, in its own order
+    log.info("gateway %s: calls on %s, admin on %s (Lease %s/%s)", settings.identity,
+             settings_mod.format_address(*settings.bind), settings.admin_address, settings.system_namespace,
+             reg.instance, extra={"version": baton.version()})
 
     async def sweep() -> None:
         while True:
@@ -113,4 +138,8 @@ async def run(settings: GatewaySettings) -> int:
 
 
 def main(settings: GatewaySettings) -> int:
-    return asyncio.run(run(settings))
+    try:
+        return asyncio.run(run(settings))
+    except OSError as exc:  # a port that cannot be bound, the API server unreachable at start
+        logs.fatal(f"gateway startup failed: {exc}", stream=sys.stdout, version=baton.version())
+        return 1

@@ -236,7 +236,8 @@ class Proxy:
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
                 if started[0]:
                     return self._upstream_failed(request, target, d, body, exc)
-                log.info("connect to %s:%s (%s/%s g%s) failed: %s", d.ip, d.port, *target_key(target), d.generation, exc)
+                log.info("connect to %s:%s (%s/%s g%s) failed: %s", d.ip, d.port, *target_key(target), d.generation, exc,
+                         extra={"runtime": "/".join(target_key(target))})
                 return None
             except (aiohttp.ClientError, ConnectionError) as exc:
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
@@ -244,7 +245,8 @@ class Proxy:
             try:
                 gwmetrics.CALLS.labels(outcome=outcome, reason="").inc()
                 if held_since is not None:
-                    log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since)
+                    log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since,
+                              extra={"runtime": "/".join(target_key(target))})
                 resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
                 for k, v in route.end_to_end((k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers):
                     resp.headers.add(k, v)
@@ -259,7 +261,8 @@ class Proxy:
                     except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                         # Headers are sent: all that is left is to cut the stream (the client sees it end early).
                         gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
-                        log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc)
+                        log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
+                                 extra={"runtime": "/".join(target_key(target))})
                         if request.transport is not None:
                             request.transport.close()
                         return resp
@@ -280,7 +283,8 @@ class Proxy:
 
     def _upstream_failed(self, request: web.Request, target: route.Target, d: route.Forward, body: bytes | None,
                          exc: BaseException) -> web.Response:
-        log.info("call to %s/%s g%s failed: %s", *target_key(target), d.generation, exc)
+        log.info("call to %s/%s g%s failed: %s", *target_key(target), d.generation, exc,
+                 extra={"runtime": "/".join(target_key(target))})
         return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0, f"the pod of generation {d.generation} failed: {type(exc).__name__}",
                                                   d.generation), target=target, body=body)
 

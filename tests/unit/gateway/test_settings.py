@@ -11,7 +11,7 @@ from baton import settings
 
 def test_defaults_never_allow_loopback_link_local_or_public() -> None:
     s = settings.GatewaySettings.from_env({"POD_IP": "10.1.2.3"})
-    assert s.bind == ("0.0.0.0", 8000) and s.admin_bind == ("0.0.0.0", 8082)
+    assert s.bind == ("", 8000) and s.admin_bind == ("", 8082)
     assert s.admin_address == "10.1.2.3:8082" and s.system_namespace == "default"
     assert s.lease_seconds == 15 and s.cluster_domain == "cluster.local"
     for ip in ("127.0.0.1", "169.254.169.254", "8.8.8.8", "::1"):

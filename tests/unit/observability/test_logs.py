@@ -106,3 +106,46 @@ def test_non_ascii_messages_are_written_as_they_read_not_escaped(captured: io.St
     raw = captured.getvalue()
     assert "g1 → g2" in raw and "\\u2192" not in raw
     assert _lines(captured)[-1]["message"] == "handoff g1 → g2"
+
+
+def test_fatal_is_one_json_line_with_its_fields_and_no_traceback() -> None:
+    buf = io.StringIO()
+    logs.fatal("bad setting BATON_LEASE_SECONDS: Input should be a valid integer", stream=buf,
+               variable="BATON_LEASE_SECONDS", version="1.2.3")
+    [line] = buf.getvalue().splitlines()
+    record = json.loads(line)
+    _assert_common(record)
+    assert record["severity"] == "CRITICAL" and record["logger"] == "baton"
+    assert record["variable"] == "BATON_LEASE_SECONDS" and record["version"] == "1.2.3"
+    assert "exception" not in record and "Traceback" not in line
+
+
+_LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
+
+
+def test_every_record_that_names_a_runtime_carries_it_as_a_field() -> None:
+    """Static: a logging call in baton whose message names a runtime (`%s/%s`, or `runtime %s`)
+    passes `extra` (the runtime's namespace/name under `runtime`); the formatter keeps it (above)
+    and tests/integration/test_observability.py checks the records of a real pass."""
+    import ast
+    import pathlib
+
+    import baton
+
+    root = pathlib.Path(baton.__file__).parent
+    missing = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _LEVELS and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "log" and node.args
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                continue
+            text = node.args[0].value
+            # ("Lease %s/%s" names a Lease of the installation, e.g. the gateway's registration or
+            # the metrics Lease, not a runtime.)
+            names_runtime = "%s/%s" in text.replace("Lease %s/%s", "")
+            if (names_runtime or "runtime %s" in text) and not any(k.arg == "extra" for k in node.keywords):
+                missing.append(f"{path.relative_to(root)}:{node.lineno}: {text}")
+    assert not missing, "records naming a runtime without `runtime`:\n" + "\n".join(missing)
