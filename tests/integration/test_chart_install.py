@@ -203,8 +203,14 @@ def test_namespaced_install_least_privilege_and_operator_on_its_token(
     rows += [(v, r, "watched ns", False) for v, r in DENIED]
     for other in ("release ns", "default ns", "all namespaces"):
         rows += [("list", "toolruntimes.baton.dev", other, False), ("create", "pods", other, False),
-                 ("get", "secrets", other, False), ("list", "secrets", other, False),
-                 ("create", "leases.coordination.k8s.io", other, False)]
+                 ("get", "secrets", other, False), ("list", "secrets", other, False)]
+    # Leases are written in the release namespace only (the per-runtime metrics reporter's,
+    # baton.k8s.metricslease; sharding's when on), never deleted there while sharding is off.
+    rows += [("create", "leases.coordination.k8s.io", "release ns", True),
+             ("update", "leases.coordination.k8s.io", "release ns", True),
+             ("delete", "leases.coordination.k8s.io", "release ns", False),
+             ("create", "leases.coordination.k8s.io", "default ns", False),
+             ("create", "leases.coordination.k8s.io", "all namespaces", False)]
     # The gateway's pods in the release namespace: watched (their Ready ones are the endpoints of
     # runtimes routed through the gateway), never read by name or written.
     rows += [("list", "pods", "release ns", True), ("watch", "pods", "release ns", True),
