@@ -95,7 +95,7 @@ build_kubernetes() {
   local src="$root/src/kubernetes"
   rm -rf "$src"; mkdir -p "$src"; cd "$src"
   k8s_wrapper_module
-  log "building kube-apiserver kube-controller-manager kube-scheduler (slow the first time)"
+  log "building kube-apiserver kube-controller-manager kube-scheduler (the first time about 13 CPU-minutes: 7 min or more on 2 cores)"
   go build -trimpath -ldflags "$k8s_ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
@@ -127,7 +127,7 @@ build_prometheus() { # promtool and the server (no web UI assets), in one go ins
   local m="${PROMETHEUS_VERSION#v0.}" ver
   ver="$(( ${m%%.*} / 100 )).$(( ${m%%.*} % 100 )).${m##*.}"
   local v=github.com/prometheus/common/version
-  log "building promtool and prometheus $ver ($PROMETHEUS_VERSION)"
+  log "building promtool and prometheus $ver ($PROMETHEUS_VERSION; the first time about 19 CPU-minutes: 10 min or more on 2 cores)"
   GOFLAGS= GOBIN="$prom_bin" go install -trimpath \
     -ldflags "-s -w -X $v.Version=$ver -X $v.Branch=HEAD -X $v.Revision=$PROMETHEUS_VERSION -X $v.BuildUser=baton -X $v.BuildDate=19700101-00:00:00" \
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION" \
