@@ -78,10 +78,20 @@ def ready_generation(n: int) -> Callable[[], bool]:
     return check
 
 
+def control_plane_bin() -> str:
+    """The control plane's tools only, built if missing (`make demo` has built them already):
+    never Prometheus or the kind set, which the demo does not use."""
+    script = ["bash", str(ROOT / "hack" / "build-tools.sh")]
+    found = subprocess.run(script + ["--print-bin-dir"], capture_output=True, text=True)
+    if found.returncode != 0:
+        subprocess.run(script + ["--only", "control-plane"], check=True)
+        found = subprocess.run(script + ["--print-bin-dir"], capture_output=True, text=True, check=True)
+    return found.stdout.strip()
+
+
 def main() -> int:
     global ENV
-    tools = subprocess.run(["bash", str(ROOT / "hack" / "build-tools.sh")], capture_output=True, text=True,
-                           check=True).stdout.strip()
+    tools = control_plane_bin()
     ENV = dict(os.environ, PATH=f"{VENV_BIN}:{tools}:{os.environ['PATH']}", KUBECONFIG=str(DIR / "kubeconfig"))
     process.plane(PY, "down", "--dir", DIR, capture_output=True)
     print("== starting the local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok)")
