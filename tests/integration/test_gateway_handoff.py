@@ -137,6 +137,45 @@ def test_past_admission_seconds_the_held_call_gets_transitioning(operators: Call
     assert gw.metric("baton_gateway_calls_total", outcome="refused", reason="Transitioning") == 1
 
 
+def test_a_call_held_while_n_plus_1_connects_is_answered_by_it(operators: Callable[..., OperatorProcess],
+                                                               gateways: Callable[..., GatewayProcess], rts: Runtimes,
+                                                               namespace: str, fleet: ToolFleet) -> None:
+    """N+1's pod exists (created serving=false) but is not Ready when a call arrives: the call is
+    held and forwarded to N+1 once it serves. Found by make bench-gateway: such a call excluded
+    N+1 for good (serving=false read as retiring) and waited out admissionSeconds."""
+    operators("op-a")
+    gw = gateways("gw-a")
+    rts.create(gw_runtime("tool", port=fleet.port, admission=40, budgets={"connectSeconds": 120}))
+    rts.wait_ready("tool", 1)
+    wait_for(lambda: fleet.of(1), timeout=30, what="the tool of g1")
+    rts.patch("tool", {"spec": {"template": {"metadata": {"annotations": {"baton.dev/test-never-ready": "true"}}}}})
+    wait_for(lambda: ((rts.status("tool").get("transition") or {}).get("step") == "Connecting"), timeout=60,
+             what="the handoff in Connecting")
+    new = wait_for(lambda: next((p for p in rts.pods("tool") if (p.metadata.labels or {}).get("baton.dev/generation") == "2"
+                                 and p.status and p.status.pod_ip), None), timeout=60, what="g2's pod with an IP")
+    assert (new.metadata.labels or {}).get("baton.dev/serving") == "false"
+    replies: list[Reply | Exception] = []
+
+    def one() -> None:
+        try:
+            replies.append(call(gw.port, f"tool.{namespace}", body=rpc(rid=7), timeout=60))
+        except Exception as exc:  # recorded, asserted below
+            replies.append(exc)
+    t = threading.Thread(target=one, daemon=True)
+    t.start()
+    wait_for(lambda: gw.metric("baton_gateway_held") >= 1, timeout=30, what="the call held")
+    # g2 turns Ready (kwok's pod-ready stage once the annotation is gone): Baton promotes it.
+    rts.core.patch_namespaced_pod(new.metadata.name, namespace,
+                                  {"metadata": {"annotations": {"baton.dev/test-never-ready": None}}})
+    rts.wait_ready("tool", 2, timeout=90)
+    t.join(70)
+    assert replies, "the held call did not return"
+    r = replies[0]
+    print(f"held while g2 connected: {r if isinstance(r, Exception) else (r.status, r.generation, round(r.seconds, 2))}")
+    assert isinstance(r, Reply) and r.status == 200 and r.generation == 2, r
+    assert r.seconds < 35, "answered once g2 served, not at admissionSeconds"
+
+
 def test_sigterm_answers_held_calls_and_finishes_the_call_in_flight(operators: Callable[..., OperatorProcess],
                                                                     gateways: Callable[..., GatewayProcess], rts: Runtimes,
                                                                     namespace: str, fleet: ToolFleet) -> None:

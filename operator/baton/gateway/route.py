@@ -202,17 +202,34 @@ def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("labels") or {}
 
 
+def _generation_label(pod: Mapping[str, Any]) -> int | None:
+    text = _labels(pod).get(names.LABEL_GENERATION) or ""
+    return int(text) if text.isdigit() else None
+
+
 def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], sealed: frozenset[str] | set[str]) -> set[str]:
-    """Pods of this runtime that will never serve again: the transition's `from`, those
-    labelled serving=false or being deleted, and the sealed. A held call excludes them for good."""
+    """Pods of this runtime that will never serve again: the transition's `from`, the sealed,
+    those being deleted, and those labelled serving=false that are not newer than the current
+    generation. A held call excludes them for good.
+
+    A new generation's pod is created serving=false and labelled serving=true before it becomes
+    current: it is not retiring, and a call held while it connects must be forwarded to it (it
+    once was excluded, so the call waited for the generation after it, or its whole budget)."""
     out = set(u for u in sealed)
-    t = (runtime.get("status") or {}).get("transition") or {}
+    status = runtime.get("status") or {}
+    t = status.get("transition") or {}
     if t.get("fromUid"):
         out.add(str(t["fromUid"]))
+    current = (status.get("current") or {}).get("generation")
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if _labels(pod).get(names.LABEL_SERVING) == "false" or meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):
             out.add(str(meta.get("uid") or ""))
+        elif _labels(pod).get(names.LABEL_SERVING) == "false":
+            gen = _generation_label(pod)
+            newer = gen is not None and (not isinstance(current, int) or gen > current)
+            if not newer:
+                out.add(str(meta.get("uid") or ""))
     return out
 
 

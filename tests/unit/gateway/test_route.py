@@ -111,9 +111,10 @@ def runtime(**kw: Any) -> dict[str, Any]:
 
 
 def pod(uid: str = "u2", *, serving: str = "true", ready: bool = True, ip: str = "127.0.100.5",
-        deleting: bool = False, ports: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        deleting: bool = False, ports: list[dict[str, Any]] | None = None, generation: int = 2) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "tool", "namespace": "ns", "uid": uid,
-                            "labels": {"baton.dev/runtime": "tool", "baton.dev/serving": serving}}
+                            "labels": {"baton.dev/runtime": "tool", "baton.dev/serving": serving,
+                                       "baton.dev/generation": str(generation)}}
     if deleting:
         meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     return {"metadata": meta,
@@ -206,6 +207,27 @@ def test_a_call_held_for_n_plus_1_is_never_forwarded_to_n() -> None:
 
 def test_retiring_uids() -> None:
     assert route.retiring_uids(runtime(), [pod("a", serving="false"), pod("b", deleting=True), pod("c")], {"s"}) == {"a", "b", "s"}
+    # No generation label (not a pod Baton made as it does now): retiring when serving=false.
+    unlabelled = pod("d", serving="false")
+    del unlabelled["metadata"]["labels"]["baton.dev/generation"]
+    assert route.retiring_uids(runtime(), [unlabelled], set()) == {"d"}
+
+
+def test_a_call_held_while_n_plus_1_connects_is_forwarded_to_it() -> None:
+    """N+1's pod exists, created serving=false, while N retires: a call held then must not
+    exclude it (found by make bench-gateway: such calls waited out admissionSeconds)."""
+    handoff = runtime(status__transition={"kind": "Handoff", "from": 2, "fromUid": "u2", "step": "Connecting", "to": 3})
+    excluded = route.retiring_uids(handoff, [pod("u2", serving="false", deleting=True),
+                                             pod("u3", serving="false", ready=False, generation=3)], set())
+    assert excluded == {"u2"}
+    n1 = runtime(status__current={"generation": 3, "uid": "u3"})
+    assert decide(n1, [pod("u3", ip="127.0.100.6", generation=3)], excluded=excluded) == route.Forward("u3", "127.0.100.6", 8080, 3)
+    # The first generation connecting (nothing current yet) is not retiring either.
+    first = runtime(status__current=None, status__transition={"kind": "Create", "step": "Connecting", "to": 1})
+    assert route.retiring_uids(first, [pod("u1", serving="false", generation=1)], set()) == set()
+    # N itself labelled serving=false (StoppingAdmission) is.
+    stopping = runtime(status__transition={"kind": "Handoff", "from": 2, "step": "StoppingAdmission"})
+    assert route.retiring_uids(stopping, [pod("u2", serving="false")], set()) == {"u2"}
 
 
 def test_admission_seconds() -> None:
