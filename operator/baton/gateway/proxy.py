@@ -31,6 +31,10 @@ CHUNK = 64 * 1024
 # Connect refused by a pod the API calls Ready (its server not listening yet): tried again
 # within the call's admission budget, never once any byte of the body was sent.
 CONNECT_RETRY_SECONDS = 0.2
+# Bodies up to this size (by Content-Length) are read whole and sent as bytes, both ways: most
+# tool calls are small, and a byte string costs far less per call than a streamed body (an async
+# generator upstream, a chunk loop back). Larger or unsized bodies (SSE, uploads) stream.
+SMALL_BODY_BYTES = 64 * 1024
 
 
 class Proxy:
@@ -59,7 +63,7 @@ class Proxy:
             return route.Hold("this replica is not registered or its views are not listed")
         runtime = self.views.runtime(target.namespace, target.runtime)
         pods = self.views.pods_of(target.namespace, target.runtime)
-        return route.decide(runtime, pods, port=target.port, sealed=set(self.state.sealed), excluded=excluded,
+        return route.decide(runtime, pods, port=target.port, sealed=self.state.sealed, excluded=excluded,
                             allowed=self.settings.allowed)
 
     # --- refusals ----------------------------------------------------------------------------
@@ -112,7 +116,14 @@ class Proxy:
         arrival = time.monotonic()
         session_id = request.headers.get(SESSION_HEADER)
         websocket = request.headers.get("Upgrade", "").lower() == "websocket"
-        body: bytes | None = None  # buffered once the call is held
+        body: bytes | None = None  # read at once when small, else buffered once the call is held
+        if not websocket and request.body_exists and request.content_length is not None \
+                and request.content_length <= SMALL_BODY_BYTES:
+            try:
+                body = await asyncio.wait_for(request.read(), self.settings.idle_timeout_seconds)
+            except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError):
+                return self.refusal(request, route.Refuse(route.Reason.BAD_REQUEST, 0, "the request's body did not arrive"),
+                                    target=target, body=None)
         held_since: float | None = None
         excluded: set[str] = set()
         try:
@@ -141,13 +152,16 @@ class Proxy:
                     self.state.held[key] += 1
                     gwmetrics.HELD.inc()
                     runtime = self.views.runtime(*key)
-                    excluded = route.retiring_uids(runtime or {}, self.views.pods_of(*key), set(self.state.sealed))
+                    excluded = route.retiring_uids(runtime or {}, self.views.pods_of(*key), self.state.sealed)
+                    # A small body was read whole already; a larger one is buffered now, up to the cap.
+                    too_large = body is not None and len(body) > self.settings.max_held_body_bytes
                     if body is None and request.body_exists and not websocket:
                         body = await self._buffer(request)
-                        if body is None:
-                            return self.refusal(request, route.Refuse(
-                                route.Reason.TOO_LARGE, 0, f"a held call's body is capped at {self.settings.max_held_body_bytes} bytes"),
-                                target=target, body=None)
+                        too_large = body is None
+                    if too_large:
+                        return self.refusal(request, route.Refuse(
+                            route.Reason.TOO_LARGE, 0, f"a held call's body is capped at {self.settings.max_held_body_bytes} bytes"),
+                            target=target, body=None)
                 runtime = self.views.runtime(*key)
                 remaining = arrival + route.admission_seconds(runtime) - time.monotonic()
                 if self.shutting_down:
@@ -185,7 +199,7 @@ class Proxy:
             runtime = self.views.runtime(target.namespace, target.runtime) or {}
             pods = self.views.pods_of(target.namespace, target.runtime)
             present = any((p.get("metadata") or {}).get("uid") == issuer for p in pods)
-            gone = not present or issuer in route.retiring_uids(runtime, pods, set(self.state.sealed))
+            gone = not present or issuer in route.retiring_uids(runtime, pods, self.state.sealed)
         if not gone:
             return None
         return route.Refuse(route.Reason.UNKNOWN_SESSION, 0,
@@ -247,13 +261,17 @@ class Proxy:
                 if held_since is not None:
                     log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since,
                               extra={"runtime": "/".join(target_key(target))})
-                resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-                for k, v in route.end_to_end((k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers):
-                    resp.headers.add(k, v)
-                resp.headers[names.HEADER_GENERATION] = str(d.generation)
                 sid = upstream.headers.get(SESSION_HEADER)
                 if sid:
                     self.state.session_issued(sid, d.uid)
+                back = route.end_to_end((k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers)
+                size = upstream.content_length
+                if size is not None and size <= SMALL_BODY_BYTES and request.method != "HEAD":
+                    return await self._answer_whole(request, upstream, back, d, target)
+                resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+                for k, v in back:
+                    resp.headers.add(k, v)
+                resp.headers[names.HEADER_GENERATION] = str(d.generation)
                 await resp.prepare(request)
                 while True:
                     try:
@@ -280,6 +298,32 @@ class Proxy:
                 upstream.release()
         finally:
             self.state.end(d.uid)
+
+    async def _answer_whole(self, request: web.Request, upstream: aiohttp.ClientResponse, back: list[tuple[str, str]],
+                            d: route.Forward, target: route.Target) -> web.StreamResponse:
+        """A small answer of known length: read whole (bounded by the idle timeout), sent as one."""
+        try:
+            data = await upstream.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
+            log.info("answer from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
+                     extra={"runtime": "/".join(target_key(target))})
+            return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0,
+                                                      f"the pod of generation {d.generation} failed: {type(exc).__name__}",
+                                                      d.generation), target=target, body=None)
+        resp = web.Response(status=upstream.status, reason=upstream.reason, body=data)
+        for k, v in back:
+            if k.lower() != "content-length":
+                resp.headers.add(k, v)
+        resp.headers[names.HEADER_GENERATION] = str(d.generation)
+        try:
+            # Sent before the call stops counting in flight, as the streamed answers are.
+            await resp.prepare(request)
+            await asyncio.wait_for(resp.write_eof(), self.settings.idle_timeout_seconds)
+        except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
+            if request.transport is not None:
+                request.transport.close()
+        return resp
 
     def _upstream_failed(self, request: web.Request, target: route.Target, d: route.Forward, body: bytes | None,
                          exc: BaseException) -> web.Response:

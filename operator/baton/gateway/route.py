@@ -12,7 +12,7 @@ import dataclasses
 import enum
 import ipaddress
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Container, Iterable, Mapping
 
 from baton.model import names
 
@@ -207,15 +207,17 @@ def _generation_label(pod: Mapping[str, Any]) -> int | None:
     return int(text) if text.isdigit() else None
 
 
-def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], sealed: frozenset[str] | set[str]) -> set[str]:
-    """Pods of this runtime that will never serve again: the transition's `from`, the sealed,
-    those being deleted, and those labelled serving=false that are not newer than the current
-    generation. A held call excludes them for good.
+def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], sealed: Container[str]) -> set[str]:
+    """Pods of this runtime that will never serve again: the transition's `from`, the sealed
+    among its pods, those being deleted, and those labelled serving=false that are not newer
+    than the current generation. A held call excludes them for good. (A sealed UID whose pod is
+    not in the view needs no entry: decide() reads `sealed` itself, and a UID is forgotten there
+    only long after its pod left the view.)
 
     A new generation's pod is created serving=false and labelled serving=true before it becomes
     current: it is not retiring, and a call held while it connects must be forwarded to it (it
     once was excluded, so the call waited for the generation after it, or its whole budget)."""
-    out = set(u for u in sealed)
+    out: set[str] = set()
     status = runtime.get("status") or {}
     t = status.get("transition") or {}
     if t.get("fromUid"):
@@ -223,7 +225,7 @@ def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     current = (status.get("current") or {}).get("generation")
     for pod in pods:
         meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp") or meta.get("uid") in sealed:
             out.add(str(meta.get("uid") or ""))
         elif _labels(pod).get(names.LABEL_SERVING) == "false":
             gen = _generation_label(pod)
@@ -246,8 +248,8 @@ def decide(
     pods: Iterable[Mapping[str, Any]],
     *,
     port: int | None,
-    sealed: frozenset[str] | set[str],
-    excluded: frozenset[str] | set[str],
+    sealed: Container[str],
+    excluded: Container[str],
     allowed: Iterable[Network],
 ) -> Decision:
     """Where a new call for `runtime` (as the view shows it) goes: the forwarding rule of

@@ -206,7 +206,8 @@ def test_a_call_held_for_n_plus_1_is_never_forwarded_to_n() -> None:
 
 
 def test_retiring_uids() -> None:
-    assert route.retiring_uids(runtime(), [pod("a", serving="false"), pod("b", deleting=True), pod("c")], {"s"}) == {"a", "b", "s"}
+    assert route.retiring_uids(runtime(), [pod("a", serving="false"), pod("b", deleting=True), pod("c"), pod("s")],
+                               {"s", "elsewhere"}) == {"a", "b", "s"}
     # No generation label (not a pod Baton made as it does now): retiring when serving=false.
     unlabelled = pod("d", serving="false")
     del unlabelled["metadata"]["labels"]["baton.dev/generation"]
