@@ -120,7 +120,8 @@ class Proxy:
         if not websocket and request.body_exists and request.content_length is not None \
                 and request.content_length <= SMALL_BODY_BYTES:
             try:
-                body = await asyncio.wait_for(request.read(), self.settings.idle_timeout_seconds)
+                async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                    body = await request.read()
             except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError):
                 return self.refusal(request, route.Refuse(route.Reason.BAD_REQUEST, 0, "the request's body did not arrive"),
                                     target=target, body=None)
@@ -210,7 +211,8 @@ class Proxy:
         chunks: list[bytes] = []
         size = 0
         while True:
-            chunk = await asyncio.wait_for(request.content.readany(), self.settings.idle_timeout_seconds)
+            async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                chunk = await request.content.readany()
             if not chunk:
                 return b"".join(chunks)
             size += len(chunk)
@@ -220,7 +222,8 @@ class Proxy:
 
     async def _stream_body(self, request: web.Request, started: list[bool]) -> AsyncIterator[bytes]:
         while True:
-            chunk = await asyncio.wait_for(request.content.readany(), self.settings.idle_timeout_seconds)
+            async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                chunk = await request.content.readany()
             if not chunk:
                 return
             started[0] = True
@@ -288,7 +291,8 @@ class Proxy:
                         if not chunk:
                             await resp.write_eof()
                             return resp
-                        await asyncio.wait_for(resp.write(chunk), self.settings.idle_timeout_seconds)
+                        async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                            await resp.write(chunk)
                     except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
                         # The client went away (or stopped reading): nothing left to send it.
                         if request.transport is not None:
@@ -319,7 +323,8 @@ class Proxy:
         try:
             # Sent before the call stops counting in flight, as the streamed answers are.
             await resp.prepare(request)
-            await asyncio.wait_for(resp.write_eof(), self.settings.idle_timeout_seconds)
+            async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                await resp.write_eof()
         except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
             if request.transport is not None:
                 request.transport.close()

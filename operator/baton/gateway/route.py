@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import ipaddress
 import json
 from typing import Any, Container, Iterable, Mapping
@@ -235,12 +236,18 @@ def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
     return out
 
 
-def in_networks(ip: str, allowed: Iterable[Network]) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _address(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Parsed once per pod IP, not once per call (the decision runs on every call)."""
     try:
-        addr = ipaddress.ip_address(ip)
+        return ipaddress.ip_address(ip)
     except ValueError:
-        return False
-    return any(addr.version == n.version and addr in n for n in allowed)
+        return None
+
+
+def in_networks(ip: str, allowed: Iterable[Network]) -> bool:
+    addr = _address(ip)
+    return addr is not None and any(addr.version == n.version and addr in n for n in allowed)
 
 
 def decide(
