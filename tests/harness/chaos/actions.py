@@ -45,8 +45,12 @@ KINDS: dict[str, tuple[float, str]] = {
     # they were: a create held in the network, its sender stopped past the Lease, another
     # replica takes over, then the held create arrives.
     "late-create": (0, ""),
+    # Sharded seeds only, drawn apart too: a replica leaves gracefully (SIGTERM: it hands its
+    # ranges back and releases what it holds) and a new incarnation joins at once, taking ranges.
+    "leave-join": (0, "replica"),
 }
 LATE_CREATE_SHARE = 0.3  # of orderings that get one late-create action
+LEAVE_JOIN_MAX = 3  # leave-join actions in a sharded ordering: 1..LEAVE_JOIN_MAX
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ class Action:
 
 def actions(seed: int) -> list[Action]:
     """The ordering of `seed`: 15-25 actions, each after a gap of 0.1-1.0 s. At most one runtime
-    is deleted (the others keep going)."""
+    is deleted (the others keep going). Composite actions are drawn from RNGs of their own, so
+    adding one left the orderings of earlier seeds as they were."""
     rng = random.Random(seed)
     kinds = list(KINDS)
     out: list[Action] = []
@@ -77,6 +82,11 @@ def actions(seed: int) -> list[Action]:
     late = random.Random(f"late-create-{seed}")
     if late.random() < LATE_CREATE_SHARE:
         out.insert(late.randint(0, len(out)), Action("late-create", "", round(late.uniform(0.1, 1.0), 2)))
+    if sharded(seed):
+        moves = random.Random(f"leave-join-{seed}")
+        for _ in range(moves.randint(1, LEAVE_JOIN_MAX)):
+            out.insert(moves.randint(0, len(out)),
+                       Action("leave-join", moves.choice(REPLICAS), round(moves.uniform(0.1, 1.0), 2)))
     return out
 
 

@@ -245,6 +245,16 @@ class Ordering:
         self._launch(r)
         return f"killed {op.identity}, started {self.ops[r].identity}"
 
+    def _leave_join(self, r: str) -> str:
+        """A graceful leave (SIGTERM: ranges handed back, Leases released) and a new incarnation
+        joining at once. A stopped replica is continued first (SIGTERM waits for a stopped one)."""
+        prefix = f"first {self._sigcont(r)}; " if r in self.stopped else ""
+        op = self.ops[r]
+        op.signal(signal.SIGTERM)
+        code = op.wait_exit(30)
+        self._launch(r)
+        return f"{prefix}{op.identity} left (exit {code}), {self.ops[r].identity} joined"
+
     def _sigstop(self, r: str) -> str:
         if r in self.stopped:
             return "skipped: stopped already"

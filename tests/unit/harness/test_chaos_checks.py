@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from harness.chaos.actions import Verb, actions
+from harness.chaos.actions import Verb, actions, sharded
 from harness.chaos.checks import check_lease_log, check_pods, check_runtime_log
 from harness.watchlog import PodEvent, PodWatch
 
@@ -37,9 +37,12 @@ def test_an_ordering_is_its_seed() -> None:
     assert actions(7) == actions(7) and actions(7) != actions(8)
     for seed in range(50):
         acts = actions(seed)
-        late = sum(a.kind == "late-create" for a in acts)  # the composite, drawn apart: at most one
-        assert late <= 1 and 15 <= len(acts) - late <= 25 and sum(a.kind == "delete" for a in acts) <= 1
+        late = sum(a.kind == "late-create" for a in acts)  # the composites, drawn apart
+        moves = sum(a.kind == "leave-join" for a in acts)
+        assert late <= 1 and 15 <= len(acts) - late - moves <= 25 and sum(a.kind == "delete" for a in acts) <= 1
         assert all(0.1 <= a.gap <= 1.0 for a in acts)
+        # Replicas leave and join only where ranges are held (odd seeds).
+        assert (1 <= moves <= 3) if sharded(seed) else moves == 0
 
 
 def test_pods_one_at_a_time_and_generations_once() -> None:
