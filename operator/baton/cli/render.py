@@ -107,6 +107,9 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
                      f"({t.get('trigger')}), step {t.get('step')}, deadline {deadline or '-'}{left}")
         if t.get("message"):
             lines.append(f"    message: {t['message']}")
+        calls = t.get("gatewayCalls")
+        if isinstance(calls, dict) and t.get("step") in ("StoppingAdmission", "Draining"):
+            lines.append(f"    gateway calls: {gateway_calls_text(calls, t)}")
         if t.get("drainNote"):
             # What the drain did not do (calls still in flight at the gateway when drainSeconds ran
             # out, or nothing counted them), as the operator recorded it for the history entry.
@@ -127,6 +130,21 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
         lines.append(f"  last cleanup failure: generation {failure['generation']} pod {failure.get('pod')} "
                      f"({failure.get('reason')}) at {failure.get('at')}: {failure.get('message')}")
     return "\n".join(lines)
+
+
+def gateway_calls_text(calls: Mapping[str, Any], t: Mapping[str, Any]) -> str:
+    """status.transition.gatewayCalls as a line: "1 in flight on g1, 2 held for g2 (2 of 2
+    gateway replicas answered)"; a count the operator could not read shows as "?"."""
+    def n(key: str) -> str:
+        v = calls.get(key)
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else "?"
+    asked = calls.get("replicas") if isinstance(calls.get("replicas"), int) else 0
+    missing = calls.get("unconfirmed") if isinstance(calls.get("unconfirmed"), int) else 0
+    if not asked:
+        return "no live gateway replica (nothing can forward a call)"
+    held_for = f"g{t['to']}" if t.get("to") else "the next generation"
+    return (f"{n('inflight')} in flight on g{t.get('from') or '-'}, {n('held')} held for {held_for} "
+            f"({asked - missing} of {asked} gateway replica{'' if asked == 1 else 's'} answered)")
 
 
 def render(data: Any, *, output: str) -> str:
