@@ -70,3 +70,52 @@ def test_leases_of_an_older_range_count_are_ignored() -> None:
 ])
 def test_range_lease_names_parse_back(name: str, parsed: tuple[int, int] | None) -> None:
     assert names.parse_shard_range_lease_name(name) == parsed
+
+
+class _Connection:
+    default_namespace = "agents"
+    server = "https://127.0.0.1:6443"
+
+
+def _run_list(monkeypatch: pytest.MonkeyPatch, leases: Any, **flags: Any) -> tuple[int, str, str]:
+    """verbs.run_list with the plugin's API adapter (baton.cli.cluster) answered at its boundary."""
+    import argparse
+    import io
+
+    from baton.cli import cluster, verbs
+    table = {"kind": "Table", "columnDefinitions": [{"name": "Name"}, {"name": "Ready"}],
+             "rows": [{"cells": ["a", "True"], "object": {"metadata": {"namespace": "agents", "uid": uid_in(0, 2)}}},
+                      {"cells": ["b", "True"], "object": {"metadata": {"namespace": "agents", "uid": uid_in(1, 2)}}}]}
+    asked: list[str | None] = []
+
+    def list_range_leases(_: Any, *, namespace: str | None) -> Any:
+        asked.append(namespace)
+        if isinstance(leases, Exception):
+            raise leases
+        return leases
+    monkeypatch.setattr(cluster, "list_table", lambda _, *, namespace: table)
+    monkeypatch.setattr(cluster, "list_range_leases", list_range_leases)
+    args = argparse.Namespace(verb="list", output="text", owner=True, **flags)
+    out, err = io.StringIO(), io.StringIO()
+    code = verbs.run_list(args, _Connection(), verbs.Io(io.StringIO(), out, err))  # type: ignore[arg-type]
+    assert asked == [flags.get("operator_namespace")]
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_list_owner_adds_the_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    later = 10 * 365 * 24 * 3600.0  # renewed ten years after NOW: live by the plugin's own clock too
+    leases = [lease(0, 2, "op-a", renewed=later), lease(1, 2, "op-b", renewed=later)]
+    code, out, _ = _run_list(monkeypatch, leases, operator_namespace="baton-system")
+    assert code == 0
+    assert out.splitlines() == ["NAME   READY   OWNER", "a      True    op-a", "b      True    op-b"], out
+
+
+def test_list_owner_refuses_what_it_cannot_tell(monkeypatch: pytest.MonkeyPatch) -> None:
+    from baton.cli import cluster, requests
+    two = [lease(0, 2, "op-a"), lease(1, 2, "other", namespace="elsewhere")]
+    with pytest.raises(requests.Refused, match="several installations"):
+        _run_list(monkeypatch, two)
+    with pytest.raises(requests.Refused, match="pass --operator-namespace"):
+        _run_list(monkeypatch, cluster.ApiException(403, "Forbidden"))
+    code, out, err = _run_list(monkeypatch, [], operator_namespace="baton-system")
+    assert code == 0 and "sharding is off" in err and [ln.split()[-1] for ln in out.splitlines()[1:]] == ["-", "-"]
