@@ -8,6 +8,8 @@ gateways), and only at its step:
   (POST /v1/seal); sealed when every one confirmed (none live: sealed, nobody can forward).
 - Draining: the calls still in flight on it, summed over the live replicas (GET /v1/inflight);
   a replica that cannot be read makes the count unknown (counted busy by decide()).
+Both answers also carry the calls each replica holds for the runtime: with the in-flight sums
+they reach Observed.gateway_calls, which decide() only records in status for people to read.
 decide() (baton.lifecycle.retire) judges the answers; nothing here decides.
 """
 
@@ -33,9 +35,9 @@ LIST_TIMEOUT_SECONDS = 3.0
 class Gateways(Protocol):
     async def live(self) -> Sequence[gw.Replica]: ...
 
-    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int: ...
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> gw.Counts: ...
 
-    async def inflight(self, replica: gw.Replica, *, uid: str) -> int: ...
+    async def inflight(self, replica: gw.Replica, *, uid: str, namespace: str, runtime: str) -> gw.Counts: ...
 
 
 class ApiGateways:
@@ -48,11 +50,11 @@ class ApiGateways:
     async def live(self) -> Sequence[gw.Replica]:
         return await asyncio.wait_for(gw.list_live(self.namespace, now=self.clock.wall()), LIST_TIMEOUT_SECONDS)
 
-    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int:
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> gw.Counts:
         return await gw.seal(replica, namespace=namespace, runtime=runtime, uid=uid)
 
-    async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
-        return await gw.inflight(replica, uid=uid)
+    async def inflight(self, replica: gw.Replica, *, uid: str, namespace: str, runtime: str) -> gw.Counts:
+        return await gw.inflight(replica, uid=uid, namespace=namespace, runtime=runtime)
 
     async def close(self) -> None:
         await gw.close()
@@ -85,15 +87,20 @@ async def observe(o: observed_mod.Observed, *, gateways: Gateways | None, holds:
     if sealing:
         asked = [gateways.seal(r, namespace=o.namespace, runtime=o.name, uid=uid) for r in replicas]
     else:
-        asked = [gateways.inflight(r, uid=uid) for r in replicas]
+        asked = [gateways.inflight(r, uid=uid, namespace=o.namespace, runtime=o.name) for r in replicas]
     answers = await asyncio.gather(*asked, return_exceptions=True)
-    counts = [a for a in answers if isinstance(a, int)]
-    failed = tuple(r.name for r, a in zip(replicas, answers) if not isinstance(a, int))
+    counts = [a for a in answers if isinstance(a, gw.Counts)]
+    failed = tuple(r.name for r, a in zip(replicas, answers) if not isinstance(a, gw.Counts))
     for r, a in zip(replicas, answers):
         if isinstance(a, BaseException):
             log.info("gateway %s: %s", r.name, a, extra={"runtime": f"{o.namespace}/{o.name}"})
-    inflight = None if failed else sum(counts)
-    update: dict[str, object] = {"gateway_inflight": inflight, "gateway_unconfirmed": failed}
+    inflight = None if failed else sum(c.inflight for c in counts)
+    helds = [c.held for c in counts if c.held is not None]
+    # For status only (a person's view): what the replicas that answered said, and who did not.
+    shown = status_mod.GatewayCalls(inflight=sum(c.inflight for c in counts) if counts or not replicas else None,
+                                    held=sum(helds) if helds or not replicas else None,
+                                    replicas=len(replicas), unconfirmed=len(failed))
+    update: dict[str, object] = {"gateway_inflight": inflight, "gateway_unconfirmed": failed, "gateway_calls": shown}
     if sealing:
         update["gateway_sealed"] = not failed
     return o.model_copy(update=update)

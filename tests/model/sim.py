@@ -800,17 +800,17 @@ class SimGateways:
                 if renewed + GATEWAY_LEASE_SECONDS > t]
         return out
 
-    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int:
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> gw.Counts:
         g = self._by_instance(replica.name)
         if g is None:
             raise gw.AdminError(f"{replica.name}: unreachable")
-        return g.seal(uid)
+        return gw.Counts(inflight=g.seal(uid))
 
-    async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
+    async def inflight(self, replica: gw.Replica, *, uid: str, namespace: str, runtime: str) -> gw.Counts:
         g = self._by_instance(replica.name)
         if g is None:
             raise gw.AdminError(f"{replica.name}: unreachable")
-        return g.inflight(uid)
+        return gw.Counts(inflight=g.inflight(uid))
 
 
 class FakeApi:

@@ -299,6 +299,24 @@ def list_table(cluster: Cluster, *, namespace: str | None) -> dict[str, Any]:
     return table
 
 
+def list_range_leases(cluster: Cluster, *, namespace: str | None) -> list[dict[str, Any]]:
+    """The sharding's range Leases (baton.dev/component=shard-range) in the operator's namespace,
+    or in every namespace when it is not given (one LIST: a few dozen small objects)."""
+    path = "/apis/coordination.k8s.io/v1"
+    if namespace is not None:
+        path += "/namespaces/" + urllib.parse.quote(namespace, safe="")
+    query = {"labelSelector": f"{names.LABEL_COMPONENT}={names.COMPONENT_SHARD_RANGE}"}
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        page = cluster.transport.request("GET", path + "/leases",
+                                         query={**query, "limit": str(PAGE), **({"continue": token} if token else {})})
+        items += [dict(i) for i in page.get("items") or []]
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return items
+
+
 def annotate(cluster: Cluster, *, rt: Mapping[str, Any], key: str, value: str) -> None:
     meta = rt["metadata"]
     # resourceVersion: the check above was made on this version; a change since is a 409.

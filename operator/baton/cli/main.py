@@ -122,6 +122,12 @@ def parser() -> argparse.ArgumentParser:
             parents=[_common(with_name=verb not in ("list", "release"), all_namespaces=ALL_NAMESPACES.get(verb, ""))],
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
+        if verb == "list":
+            sub.add_argument("--owner", action="store_true", default=argparse.SUPPRESS,
+                             help="add an OWNER column: the operator replica whose range the toolruntime falls in "
+                                  "(with BATON_SHARD_RANGES > 0; reads the range Leases once)")
+            sub.add_argument("--operator-namespace", default=argparse.SUPPRESS, metavar="NAMESPACE",
+                             help="where Baton runs, for --owner (default: its range Leases in any namespace)")
         if verb == "release":
             sub.add_argument("name", nargs="?", default=None,
                              help="name of the toolruntime (default: every one of the namespace)")

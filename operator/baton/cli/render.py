@@ -30,11 +30,12 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
 
 
-def server_table(table: Mapping[str, Any], *, all_namespaces: bool) -> str:
+def server_table(table: Mapping[str, Any], *, all_namespaces: bool, extra: tuple[str, list[str]] | None = None) -> str:
     """A Table the API server sent (meta.k8s.io/v1, the CRD's additionalPrinterColumns) as
     `kubectl get` prints it: the priority-0 columns, headers upper-cased, NAMESPACE first with -A
     (from each row's object metadata), an empty cell for a value the object lacks, a text cut at
-    its first line break with "...", and columns aligned as kubectl's tabwriter does."""
+    its first line break with "...", and columns aligned as kubectl's tabwriter does. `extra`: a
+    column the plugin adds last (a header and one cell per row, in order)."""
     shown = [i for i, c in enumerate(table.get("columnDefinitions") or []) if not c.get("priority")]
     columns = table.get("columnDefinitions") or []
     rows = [(["NAMESPACE"] if all_namespaces else []) + [str(columns[i].get("name", "")).upper() for i in shown]]
@@ -43,6 +44,11 @@ def server_table(table: Mapping[str, Any], *, all_namespaces: bool) -> str:
         namespace = ((r.get("object") or {}).get("metadata") or {}).get("namespace", "")
         rows.append(([_cell(namespace)] if all_namespaces else [])
                     + [_cell(cells[i] if i < len(cells) else None) for i in shown])
+    if extra is not None:
+        header, values = extra
+        rows[0].append(header)
+        for row, value in zip(rows[1:], values):
+            row.append(_cell(value))
     return aligned(rows)
 
 
@@ -107,6 +113,9 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
                      f"({t.get('trigger')}), step {t.get('step')}, deadline {deadline or '-'}{left}")
         if t.get("message"):
             lines.append(f"    message: {t['message']}")
+        calls = t.get("gatewayCalls")
+        if isinstance(calls, dict) and t.get("step") in ("StoppingAdmission", "Draining"):
+            lines.append(f"    gateway calls: {gateway_calls_text(calls, t)}")
         if t.get("drainNote"):
             # What the drain did not do (calls still in flight at the gateway when drainSeconds ran
             # out, or nothing counted them), as the operator recorded it for the history entry.
@@ -127,6 +136,23 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
         lines.append(f"  last cleanup failure: generation {failure['generation']} pod {failure.get('pod')} "
                      f"({failure.get('reason')}) at {failure.get('at')}: {failure.get('message')}")
     return "\n".join(lines)
+
+
+def gateway_calls_text(calls: Mapping[str, Any], t: Mapping[str, Any]) -> str:
+    """status.transition.gatewayCalls as a line: "1 in flight on g1, 2 held for g2 (2 of 2
+    gateway replicas answered)"; a count the operator could not read shows as "?"."""
+    def n(key: str) -> str:
+        v = calls.get(key)
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else "?"
+    def count(key: str) -> int:
+        v = calls.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+    asked, missing = count("replicas"), count("unconfirmed")
+    if not asked:
+        return "no live gateway replica (nothing can forward a call)"
+    held_for = f"g{t['to']}" if t.get("to") else "the next generation"
+    return (f"{n('inflight')} in flight on g{t.get('from') or '-'}, {n('held')} held for {held_for} "
+            f"({asked - missing} of {asked} gateway replica{'' if asked == 1 else 's'} answered)")
 
 
 def render(data: Any, *, output: str) -> str:

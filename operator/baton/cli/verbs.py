@@ -9,7 +9,7 @@ import argparse
 import datetime
 from typing import Any, Callable, Mapping, NamedTuple, TextIO
 
-from baton.cli import cluster, render, requests
+from baton.cli import cluster, owners, render, requests
 
 
 class Io(NamedTuple):
@@ -25,6 +25,9 @@ def _namespace(args: argparse.Namespace, connection: cluster.Cluster) -> str:
 def run_list(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
     all_ns = bool(getattr(args, "all_namespaces", False))
     namespace = None if all_ns else _namespace(args, connection)
+    with_owner = bool(getattr(args, "owner", False))
+    if with_owner and args.output != "text":
+        raise requests.Refused("--owner adds a column to the table: it cannot be combined with -o json|yaml")
     if args.output != "text":
         items = cluster.list_runtimes(connection, namespace=namespace)
         print(render.render({"apiVersion": "v1", "kind": "List", "items": items}, output=args.output), file=io.stdout)
@@ -35,8 +38,34 @@ def run_list(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> i
         where = "" if namespace is None else f" in {namespace} namespace"
         print(f"No resources found{where}.", file=io.stderr)
         return 0
-    print(render.server_table(table, all_namespaces=all_ns), file=io.stdout)
+    extra: tuple[str, list[str]] | None = None
+    if with_owner:
+        extra = ("OWNER", _owners(args, connection, table, io))
+    print(render.server_table(table, all_namespaces=all_ns, extra=extra), file=io.stdout)
     return 0
+
+
+def _owners(args: argparse.Namespace, connection: cluster.Cluster, table: Mapping[str, Any], io: Io) -> list[str]:
+    """The OWNER cell of each row: the holder of the range Lease its UID falls in (baton.cli.owners)."""
+    operator_ns = getattr(args, "operator_namespace", None)
+    try:
+        leases = cluster.list_range_leases(connection, namespace=operator_ns)
+    except cluster.ApiException as exc:
+        if exc.status in (401, 403) and operator_ns is None:
+            raise requests.Refused("--owner reads the operator's range Leases; listing Leases in every namespace was "
+                                   "refused: pass --operator-namespace (the namespace Baton runs in)") from exc
+        raise
+    ranges = owners.ranges_from(leases, now=datetime.datetime.now(datetime.timezone.utc))
+    rows = table.get("rows") or []
+    if ranges is None:
+        where = f"in namespace {operator_ns}" if operator_ns else "in any namespace"
+        print(f"No range Leases {where}: sharding is off (BATON_SHARD_RANGES=0), so any replica may act on any "
+              "runtime; during a transition the holder of the runtime's own Lease does.", file=io.stderr)
+        return ["-" for _ in rows]
+    if len(ranges.namespaces) > 1:
+        raise requests.Refused(f"range Leases in namespaces {', '.join(ranges.namespaces)} (several installations): "
+                               "pass --operator-namespace")
+    return [owners.owner(str(((r.get("object") or {}).get("metadata") or {}).get("uid") or ""), ranges) for r in rows]
 
 
 def run_status(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:

@@ -1,9 +1,10 @@
 """The admin API the operator calls (JSON; /work/brief/gateway.md). Does I/O (an aiohttp app).
 
-- POST /v1/seal {"namespace", "runtime", "uid"} -> {"sealed": true, "inflight": n}: from this
-  answer on, no new call is forwarded to that pod UID (idempotent).
-- GET /v1/inflight?uid=<uid> -> {"uid", "inflight", "sealed"}: calls forwarded to it and not yet
-  answered in full, open streams and WebSockets.
+- POST /v1/seal {"namespace", "runtime", "uid"} -> {"sealed": true, "inflight": n, "held": h}:
+  from this answer on, no new call is forwarded to that pod UID (idempotent).
+- GET /v1/inflight?uid=<uid>[&namespace=<ns>&runtime=<name>] -> {"uid", "inflight", "sealed"
+  [, "held"]}: calls forwarded to it and not yet answered in full, open streams and WebSockets;
+  with the runtime named, also the calls held for it now (what `kubectl baton status` shows).
 - Anything else 404; bad JSON or a missing field 400 naming the field.
 """
 
@@ -45,13 +46,18 @@ def application(state: state_mod.State) -> web.Application:
         if first:
             log.info("sealed %s/%s pod %s: %d in flight", doc["namespace"], doc["runtime"], uid, state.inflight[uid],
                      extra={"runtime": f"{doc['namespace']}/{doc['runtime']}"})
-        return web.json_response({"sealed": True, "inflight": state.inflight[uid]})
+        return web.json_response({"sealed": True, "inflight": state.inflight[uid],
+                                  "held": state.held[(str(doc["namespace"]), str(doc["runtime"]))]})
 
     async def inflight(request: web.Request) -> web.Response:
         uid = request.query.get("uid")
         if not uid:
             return _bad("query parameter 'uid' is missing")
-        return web.json_response({"uid": uid, "inflight": state.inflight[uid], "sealed": uid in state.sealed})
+        answer: dict[str, Any] = {"uid": uid, "inflight": state.inflight[uid], "sealed": uid in state.sealed}
+        namespace, runtime = request.query.get("namespace"), request.query.get("runtime")
+        if namespace and runtime:
+            answer["held"] = state.held[(namespace, runtime)]
+        return web.json_response(answer)
 
     async def not_found(_: web.Request) -> web.Response:
         return web.json_response({"error": "not found"}, status=404)

@@ -55,6 +55,15 @@ class Replica:
     admin: str  # host:port
 
 
+@dataclasses.dataclass(frozen=True)
+class Counts:
+    """One replica's answer: calls in flight on the pod, and calls it holds for the runtime now
+    (None: the replica did not say, as a gateway before the held count)."""
+
+    inflight: int
+    held: int | None = None
+
+
 class AdminError(Exception):
     """An admin call that did not give a usable answer (unreachable, timed out, not 200, not JSON)."""
 
@@ -138,27 +147,33 @@ async def _call(method: str, url: str, *, body: dict[str, Any] | None = None,
     return answer
 
 
-def _count(answer: dict[str, Any], what: str) -> int:
+def _counts(answer: dict[str, Any], what: str) -> Counts:
     n = answer.get("inflight")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         raise AdminError(f"{what}: no in-flight count in the answer")
-    return n
+    held = answer.get("held")
+    # The held count is only shown, never decided on: one that is missing or malformed is unknown.
+    ok = isinstance(held, int) and not isinstance(held, bool) and held >= 0
+    return Counts(inflight=n, held=held if ok else None)
 
 
 async def seal(replica: Replica, *, namespace: str, runtime: str, uid: str,
-               timeout: float = ADMIN_TIMEOUT_SECONDS) -> int:
+               timeout: float = ADMIN_TIMEOUT_SECONDS) -> Counts:
     """POST /v1/seal: from this answer on, the replica forwards no new call to pod `uid`. Returns
-    its in-flight count for that pod; AdminError unless it confirmed (sealed: true)."""
+    its in-flight count for that pod and the calls it holds for the runtime; AdminError unless it
+    confirmed (sealed: true)."""
     answer = await _call("POST", _url(replica.admin, "/v1/seal"),
                          body={"namespace": namespace, "runtime": runtime, "uid": uid}, timeout=timeout)
     if answer.get("sealed") is not True:
         raise AdminError(f"{replica.name}: seal not confirmed")
-    return _count(answer, replica.name)
+    return _counts(answer, replica.name)
 
 
-async def inflight(replica: Replica, *, uid: str, timeout: float = ADMIN_TIMEOUT_SECONDS) -> int:
+async def inflight(replica: Replica, *, uid: str, namespace: str, runtime: str,
+                   timeout: float = ADMIN_TIMEOUT_SECONDS) -> Counts:
     """GET /v1/inflight: calls forwarded to pod `uid` and not yet answered in full (streams and
-    WebSockets included) on this replica."""
-    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + urlencode({"uid": uid})), timeout=timeout)
-    return _count(answer, replica.name)
+    WebSockets included) on this replica, and the calls it holds for the runtime."""
+    query = urlencode({"uid": uid, "namespace": namespace, "runtime": runtime})
+    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + query), timeout=timeout)
+    return _counts(answer, replica.name)
 

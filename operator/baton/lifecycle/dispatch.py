@@ -148,7 +148,8 @@ def _unknown_step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> 
             "step": st.Step.STOPPING_ADMISSION, "step_started_at": now,
             "deadline": now + transitions.seconds(o.spec.budgets.drain_seconds)})
     elif t.to:
-        new_t = t.model_copy(update={"step": st.Step.CREATING, "step_started_at": now, "deadline": None})
+        new_t = t.model_copy(update={"step": st.Step.CREATING, "step_started_at": now, "deadline": None,
+                                     "gateway_calls": None})
     else:
         new_t = None
     msg = f"step {st.text(t.step)!r} is unknown to this version of Baton; resumed at " + (st.text(new_t.step) if new_t else "idle")

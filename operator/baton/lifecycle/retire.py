@@ -53,6 +53,17 @@ def _note(text: str) -> str:
     return text if len(text) <= DRAIN_NOTE_LIMIT else text[:DRAIN_NOTE_LIMIT - 1] + "…"
 
 
+def _with_calls(o: obs.Observed, t: st.Transition, now: datetime.datetime, plan: p.Plan) -> p.Plan:
+    """`plan` (a wait), with the gateway replicas' last answer recorded in the transition for
+    `kubectl baton status` when it differs from what status says: a write only on a change, so a
+    drain that polls every half second writes when a count moves, not on every poll."""
+    calls = o.gateway_calls
+    if calls is None or calls == t.gateway_calls:
+        return plan
+    status = transitions.stamped(o, now).model_copy(update={"transition": t.model_copy(update={"gateway_calls": calls})})
+    return p.Plan((p.WriteStatus(status), *plan.actions), plan.wait_seconds, plan.note)
+
+
 # Said in history when a retire did not wait for calls in flight: nothing could count them.
 NOT_DRAINED = "not drained: no drain probe and no gateway, so calls in flight were not waited for"
 
@@ -89,10 +100,12 @@ def stopping_admission(o: obs.Observed, t: st.Transition, now: datetime.datetime
                 why = f"gateway replicas did not confirm the seal ({_replicas(o)})"
                 return _terminate(o, t, now, old, drain_incomplete=True, message=why, drain_note=_note(why),
                                   extra=_drain_incomplete(o, t, why))
-            return p.Plan(steady.unreachable_replicas_out(o), min(GATEWAY_POLL_SECONDS, transitions.remaining(t.deadline, now)),
-                          "waiting for the gateway replicas to confirm the seal")
+            return _with_calls(o, t, now, p.Plan(
+                steady.unreachable_replicas_out(o), min(GATEWAY_POLL_SECONDS, transitions.remaining(t.deadline, now)),
+                "waiting for the gateway replicas to confirm the seal"))
         # Sealed: Draining counts the calls still in flight, probe or not.
-        return transitions.advance(o, t, now, st.Step.DRAINING, deadline=t.deadline)
+        return transitions.advance(o, t, now, st.Step.DRAINING, deadline=t.deadline,
+                                   gateway_calls=o.gateway_calls or t.gateway_calls)
     if o.spec.drain.probe is None:
         # Nothing to drain (no probe to ask): Draining would end at once, so it is not written.
         quiet = t.trigger in (st.Trigger.POD_LOST, st.Trigger.CONNECT_TIMEOUT)  # it never served, or is gone
@@ -137,8 +150,9 @@ def draining(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
     period = float(probe.period_seconds) if probe is not None and not probe_idle else GATEWAY_POLL_SECONDS
     if gateway:
         period = min(period, GATEWAY_POLL_SECONDS)
-    return p.Plan(steady.unreachable_replicas_out(o) if gateway else (), min(period, transitions.remaining(t.deadline, now)),
+    wait = p.Plan(steady.unreachable_replicas_out(o) if gateway else (), min(period, transitions.remaining(t.deadline, now)),
                   "draining")
+    return _with_calls(o, t, now, wait) if gateway else wait
 
 
 def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: obs.PodInfo, *,
@@ -147,10 +161,12 @@ def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: o
     """Advance to Terminating and delete the old pod in the same plan: the executor sends the
     delete only after the Terminating step is persisted (it stops at the first failure), which
     is all the guarantee asks; one pass fewer on every handoff's critical path. `drain_note`
-    (calls cut, or not waited for) goes into the generation's history entry."""
+    (calls cut, or not waited for) goes into the generation's history entry. The gateway's
+    counts are cleared: nobody asks again after the drain, so they would only grow stale."""
     grace = o.spec.budgets.termination_grace_seconds
     return transitions.advance(o, t, now, st.Step.TERMINATING, deadline=now + transitions.seconds(o.spec.budgets.cleanup_seconds),
                     extra=(*extra, p.DeletePod(old.name, old.uid, grace)), drain_incomplete=drain_incomplete,
+                    gateway_calls=None,
                     message=t.message if message is None else message,
                     drain_note=t.drain_note if drain_note is None else drain_note)
 
@@ -217,11 +233,13 @@ def retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clean
     extra_conds: list[conditions.Cond] = [cleanup] if cleanup else []
     kinds = st.TransitionKind
     if o.deleting or t.kind == kinds.DELETE:
-        new_t = t.model_copy(update={"kind": kinds.DELETE, "step": st.Step.FINALIZING, "step_started_at": now, "deadline": None})
+        new_t = t.model_copy(update={"kind": kinds.DELETE, "step": st.Step.FINALIZING, "step_started_at": now, "deadline": None,
+                                     "gateway_calls": None})
         status = conditions.step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
     elif t.kind == kinds.HANDOFF and not o.spec.suspend:
         to = t.to or transitions.next_generation(o)
-        new_t = t.model_copy(update={"to": to, "step": st.Step.CREATING, "step_started_at": now, "deadline": None})
+        new_t = t.model_copy(update={"to": to, "step": st.Step.CREATING, "step_started_at": now, "deadline": None,
+                                     "gateway_calls": None})
         status = status.model_copy(update={"latest_generation": max(status.latest_generation, to)})
         status = conditions.step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
     else:

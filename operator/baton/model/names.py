@@ -98,6 +98,15 @@ def shard_range_lease_name(*, index: int, ranges: int) -> str:
     return f"baton-range.{ranges}.{index}"
 
 
+def parse_shard_range_lease_name(name: str) -> tuple[int, int] | None:
+    """(index, ranges) of a range Lease's name (shard_range_lease_name), None for another name."""
+    prefix, _, rest = name.partition(".")
+    ranges, _, index = rest.partition(".")
+    if prefix != "baton-range" or not ranges.isdigit() or not index.isdigit() or int(index) >= int(ranges):
+        return None
+    return int(index), int(ranges)
+
+
 def gateway_slice_name(runtime: str) -> str:
     """The EndpointSlice Baton keeps for a runtime routed through the gateway. The dot keeps it
     apart from the EndpointSlice controller's names (<service>-<random>)."""

@@ -11,6 +11,7 @@ import pydantic
 
 from baton.model import base, spec, status
 from baton.model import claims as claims_model
+from baton.model import status as status_model  # inside Observed, `status` names the field
 
 
 class PodInfo(base.Model):
@@ -128,6 +129,9 @@ class Observed(base.Model):
     gateway_sealed: bool | None = None
     gateway_inflight: int | None = None
     gateway_unconfirmed: tuple[str, ...] = ()
+    # The same ask as a person reads it in status.transition.gatewayCalls (never a decision's
+    # input): in flight and held summed over the replicas that answered. None: not asked this pass.
+    gateway_calls: status_model.GatewayCalls | None = None
     gateway_error: str | None = None  # the gateway Leases could not be listed: why
     # The gateway pods of the system namespace that may take calls, from their watch-fed view
     # (only read with spec.service.gateway), and whether that view is listed: until it is, the

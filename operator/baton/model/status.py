@@ -157,6 +157,17 @@ class Current(base.Model):
     ready_since: datetime.datetime | None = None
 
 
+class GatewayCalls(base.Model):
+    """What the live gateway replicas said of the retiring generation at the last ask (only with
+    spec.service.gateway, only while StoppingAdmission and Draining; cleared when the retire moves
+    on): calls in flight on it, calls held for the next generation, how many replicas answered."""
+
+    inflight: int | None = None  # summed over the replicas that answered; None: none could be read
+    held: int | None = None  # None: no replica answered with a held count (an older gateway)
+    replicas: int = 0  # live replicas asked
+    unconfirmed: int = 0  # of those, how many did not answer
+
+
 class Transition(base.Model):
     # Values this version does not know (written by a newer Baton before a rollback) parse as
     # plain strings: observation never fails on them, and decide() treats them conservatively.
@@ -180,6 +191,8 @@ class Transition(base.Model):
     drain_incomplete: bool = False
     # What the drain did not do, for the history entry: calls cut at the budget, or not waited for.
     drain_note: str | None = None
+    # The gateway replicas' last answer about the retiring pod (written only when it changed).
+    gateway_calls: GatewayCalls | None = None
     forced: bool = False
     message: str | None = None
     attempt: int | None = None  # refusals of this step by the API server (pod creation)

@@ -12,21 +12,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-_FNV_OFFSET = 0xCBF29CE484222325
-_FNV_PRIME = 0x100000001B3
-_MASK = (1 << 64) - 1
+from baton.model import shardhash
 
-
-def fnv1a64(data: bytes) -> int:
-    h = _FNV_OFFSET
-    for byte in data:
-        h = ((h ^ byte) * _FNV_PRIME) & _MASK
-    return h
-
-
-def range_of(uid: str, *, ranges: int) -> int:
-    """The range a runtime falls in: equal slices of the 64-bit FNV-1a hash of its UID."""
-    return (fnv1a64(uid.encode()) * ranges) >> 64
+# The hash is in baton.model, where the kubectl plugin reads it too (`kubectl baton list --owner`).
+fnv1a64 = shardhash.fnv1a64
+range_of = shardhash.range_of
 
 
 def share(*, member: str, members: Iterable[str], ranges: int) -> int:

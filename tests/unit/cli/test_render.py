@@ -84,3 +84,32 @@ def test_server_table_cells_as_kubectl_writes_them() -> None:
         "1.5              false",
         "short            ",
     ]
+
+
+def _draining(calls: dict[str, Any] | None, *, step: str = "Draining") -> dict[str, Any]:
+    t: dict[str, Any] = {"kind": "Handoff", "from": 1, "to": 2, "trigger": "TemplateChanged", "step": step}
+    if calls is not None:
+        t["gatewayCalls"] = calls
+    return {"metadata": {"namespace": "ns", "name": "rt"}, "spec": {"service": {"gateway": True}},
+            "status": {"transition": t}}
+
+
+@pytest.mark.parametrize("calls, step, line", [
+    ({"inflight": 1, "held": 2, "replicas": 2, "unconfirmed": 0}, "Draining",
+     "    gateway calls: 1 in flight on g1, 2 held for g2 (2 of 2 gateway replicas answered)"),
+    ({"inflight": 0, "replicas": 2, "unconfirmed": 1}, "StoppingAdmission",
+     "    gateway calls: 0 in flight on g1, ? held for g2 (1 of 2 gateway replicas answered)"),
+    ({"replicas": 1, "unconfirmed": 1}, "Draining",
+     "    gateway calls: ? in flight on g1, ? held for g2 (0 of 1 gateway replica answered)"),
+    ({"inflight": 0, "held": 0, "replicas": 0, "unconfirmed": 0}, "Draining",
+     "    gateway calls: no live gateway replica (nothing can forward a call)"),
+])
+def test_status_shows_the_gateway_calls_the_operator_recorded(calls: dict[str, Any], step: str, line: str) -> None:
+    text = render.status_text(_draining(calls, step=step), now=datetime.datetime(2026, 12, 2, tzinfo=UTC))
+    assert line in text.splitlines(), text
+
+
+@pytest.mark.parametrize("calls, step", [(None, "Draining"), ({"inflight": 1, "replicas": 1}, "Creating")])
+def test_status_shows_no_gateway_calls_outside_the_drain(calls: dict[str, Any] | None, step: str) -> None:
+    text = render.status_text(_draining(calls, step=step), now=datetime.datetime(2026, 12, 2, tzinfo=UTC))
+    assert "gateway calls" not in text, text

@@ -72,10 +72,19 @@ def test_admin_api() -> None:
             async with aiohttp.ClientSession() as http:
                 s.begin("u1")
                 async with http.post(f"{base}/v1/seal", json={"namespace": "ns", "runtime": "rt", "uid": "u1"}) as r:
-                    assert r.status == 200 and await r.json() == {"sealed": True, "inflight": 1}
+                    assert r.status == 200 and await r.json() == {"sealed": True, "inflight": 1, "held": 0}
                 assert "u1" in s.sealed
                 async with http.get(f"{base}/v1/inflight", params={"uid": "u1"}) as r:
                     assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True}
+                # With the runtime named, the calls held for it now (status shows them).
+                s.held[("ns", "rt")] += 2
+                async with http.get(f"{base}/v1/inflight", params={"uid": "u1", "namespace": "ns", "runtime": "rt"}) as r:
+                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True, "held": 2}
+                async with http.post(f"{base}/v1/seal", json={"namespace": "ns", "runtime": "rt", "uid": "u1"}) as r:
+                    assert await r.json() == {"sealed": True, "inflight": 1, "held": 2}
+                async with http.get(f"{base}/v1/inflight", params={"uid": "u1", "namespace": "ns", "runtime": "other"}) as r:
+                    assert (await r.json())["held"] == 0
+                s.held.clear()
                 async with http.get(f"{base}/v1/inflight", params={"uid": "u2"}) as r:
                     assert await r.json() == {"uid": "u2", "inflight": 0, "sealed": False}
                 for body, field in ((b"{", "JSON"), (b"[]", "object"), (json.dumps({"namespace": "ns", "uid": "x"}).encode(), "runtime"),

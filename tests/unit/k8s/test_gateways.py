@@ -90,26 +90,32 @@ def test_admin_calls_send_the_contract_and_read_the_count() -> None:
         admin = Admin()
         runner, replica = await _serve(admin)
         try:
-            assert await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7") == 2
-            assert await gw.inflight(replica, uid="uid-7") == 1
+            assert await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7") == gw.Counts(2, None)
+            assert await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt") == gw.Counts(1, None)
             assert admin.requests == [("POST", "/v1/seal", {"namespace": "ns", "runtime": "rt", "uid": "uid-7"}),
-                                      ("GET", "/v1/inflight?uid=uid-7", None)]
+                                      ("GET", "/v1/inflight?uid=uid-7&namespace=ns&runtime=rt", None)]
+            # The held count, when the replica says it (a malformed one is unknown, never an error).
+            admin.seal_answer = {"sealed": True, "inflight": 0, "held": 3}
+            assert await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7") == gw.Counts(0, 3)
+            for bad in (-1, True, "2", None):
+                admin.inflight_answer = {"inflight": 1, "held": bad}
+                assert await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt") == gw.Counts(1, None)
             admin.seal_answer = {"sealed": False, "inflight": 0}
             with pytest.raises(gw.AdminError, match="not confirmed"):
                 await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7")
             admin.inflight_answer = {"inflight": -1}
             with pytest.raises(gw.AdminError, match="no in-flight count"):
-                await gw.inflight(replica, uid="uid-7")
+                await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt")
             admin.inflight_answer = [1]
             with pytest.raises(gw.AdminError, match="not a JSON object"):
-                await gw.inflight(replica, uid="uid-7")
+                await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt")
             admin.status = 500
             with pytest.raises(gw.AdminError, match="500"):
-                await gw.inflight(replica, uid="uid-7")
+                await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt")
             admin.status, admin.delay = 200, 3.0
             started = time.monotonic()
             with pytest.raises(gw.AdminError, match="Timeout"):
-                await gw.inflight(replica, uid="uid-7", timeout=0.3)
+                await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt", timeout=0.3)
             assert time.monotonic() - started < 2.0
         finally:
             await gw.close()
@@ -120,9 +126,9 @@ def test_admin_calls_send_the_contract_and_read_the_count() -> None:
 def test_an_unreachable_or_malformed_admin_address_is_an_admin_error() -> None:
     async def run() -> None:
         with pytest.raises(gw.AdminError):
-            await gw.inflight(gw.Replica("x", "127.0.0.1:1"), uid="u", timeout=1.0)  # nothing listens on port 1
+            await gw.inflight(gw.Replica("x", "127.0.0.1:1"), uid="u", namespace="ns", runtime="rt", timeout=1.0)  # nothing listens on port 1
         with pytest.raises(gw.AdminError, match="not host:port"):
-            await gw.inflight(gw.Replica("x", "no-port"), uid="u")
+            await gw.inflight(gw.Replica("x", "no-port"), uid="u", namespace="ns", runtime="rt")
         await gw.close()
     asyncio.run(run())
 
@@ -133,10 +139,10 @@ def test_admin_calls_share_one_session_and_reuse_its_connections() -> None:
         admin = Admin()
         runner, replica = await _serve(admin)
         try:
-            await gw.inflight(replica, uid="a")
+            await gw.inflight(replica, uid="a", namespace="ns", runtime="rt")
             first = gw._admin_session()
             await gw.seal(replica, namespace="ns", runtime="rt", uid="a")
-            await gw.inflight(replica, uid="a")
+            await gw.inflight(replica, uid="a", namespace="ns", runtime="rt")
             assert gw._admin_session() is first
             connector = first.connector
             assert connector is not None and connector.limit == gw.ADMIN_CONNECTIONS
@@ -150,9 +156,11 @@ def test_admin_calls_share_one_session_and_reuse_its_connections() -> None:
 
 
 class Stub:
-    """The gateways, stubbed at the adapter boundary: per replica, a count or an exception."""
+    """The gateways, stubbed at the adapter boundary: per replica, a count (in flight, or in
+    flight and held) or an exception."""
 
-    def __init__(self, answers: dict[str, int | Exception], *, listing: Exception | None = None) -> None:
+    def __init__(self, answers: dict[str, int | tuple[int, int | None] | Exception], *,
+                 listing: Exception | None = None) -> None:
         self.answers = answers
         self.listing = listing
         self.calls: list[tuple[str, str]] = []
@@ -162,19 +170,19 @@ class Stub:
             raise self.listing
         return [gw.Replica(n, "127.0.0.1:9") for n in self.answers]
 
-    def _answer(self, what: str, replica: gw.Replica) -> int:
+    def _answer(self, what: str, replica: gw.Replica) -> gw.Counts:
         self.calls.append((what, replica.name))
         a = self.answers[replica.name]
         if isinstance(a, Exception):
             raise a
-        return a
+        return gw.Counts(*a) if isinstance(a, tuple) else gw.Counts(a)
 
-    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> int:
+    async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> gw.Counts:
         assert uid == "uid-7"
         return self._answer("seal", replica)
 
-    async def inflight(self, replica: gw.Replica, *, uid: str) -> int:
-        assert uid == "uid-7"
+    async def inflight(self, replica: gw.Replica, *, uid: str, namespace: str, runtime: str) -> gw.Counts:
+        assert uid == "uid-7" and runtime == b.RT
         return self._answer("inflight", replica)
 
 
@@ -219,3 +227,21 @@ def test_nothing_is_asked_unless_the_holder_retires_a_gateway_runtime_at_the_rig
     stub = Stub({}, listing=TimeoutError())
     o = asyncio.run(sealing.observe(observed(st.Step.STOPPING_ADMISSION), gateways=stub, holds=True))
     assert o.gateway_sealed is False and o.gateway_error is not None
+
+
+def test_the_answers_reach_status_as_sums_of_those_that_answered() -> None:
+    """gateway_calls (what `kubectl baton status` shows) sums what the replicas that answered
+    said; decide()'s gateway_inflight stays unknown while one did not answer."""
+    stub = Stub({"a": (1, 2), "b": (0, None), "c": (3, 1)})
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=stub, holds=True))
+    assert o.gateway_calls == st.GatewayCalls(inflight=4, held=3, replicas=3, unconfirmed=0)
+    o = asyncio.run(sealing.observe(observed(st.Step.STOPPING_ADMISSION), gateways=Stub({"a": (1, 2), "b": OSError("x")}),
+                                    holds=True))
+    assert o.gateway_inflight is None
+    assert o.gateway_calls == st.GatewayCalls(inflight=1, held=2, replicas=2, unconfirmed=1)
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({"a": OSError("x")}), holds=True))
+    assert o.gateway_calls == st.GatewayCalls(inflight=None, held=None, replicas=1, unconfirmed=1)
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({"a": 0}), holds=True))
+    assert o.gateway_calls == st.GatewayCalls(inflight=0, held=None, replicas=1, unconfirmed=0), "an older gateway: held unknown"
+    o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({}), holds=True))
+    assert o.gateway_calls == st.GatewayCalls(inflight=0, held=0, replicas=0, unconfirmed=0)

@@ -120,6 +120,48 @@ DRAIN = [
           Ev("Warning", "DrainIncomplete", "drain probe"), Rec(M.DRAIN_INCOMPLETE), p.DeletePod(name(7), "uid-7", 30)], 0),
 ]
 
+# What the replicas said reaches status.transition.gatewayCalls for `kubectl baton status`:
+# written only when it changed (a drain polls every half second), cleared when the retire moves on.
+GC = st.GatewayCalls
+
+
+def gw_seen(step: st.Step, calls: st.GatewayCalls | None, *, recorded: st.GatewayCalls | None = None,
+            **observed: Any) -> obs.Observed:
+    return b.observed(status_=retiring(step, gateway_calls=recorded), pods=(OLD_QUIET,), spec_=GW,
+                      desired_hash=b.HASH2, gateway_calls=calls, **observed)
+
+
+CALLS = [
+    case("draining-records-changed-counts-and-keeps-waiting",
+         gw_seen(S.DRAINING, GC(inflight=1, held=2, replicas=2), gateway_inflight=1),
+         [WS({"transition.gateway_calls": GC(inflight=1, held=2, replicas=2), "transition.step": "Draining",
+              "transition.step_started_at": at(-10)})], retire.GATEWAY_POLL_SECONDS),
+    case("draining-with-the-same-counts-writes-nothing",
+         gw_seen(S.DRAINING, GC(inflight=1, held=2, replicas=2), recorded=GC(inflight=1, held=2, replicas=2),
+                 gateway_inflight=1), [], retire.GATEWAY_POLL_SECONDS),
+    case("draining-not-asked-this-pass-writes-nothing",
+         gw_seen(S.DRAINING, None, recorded=GC(inflight=1, held=0, replicas=1), gateway_inflight=None),
+         [], retire.GATEWAY_POLL_SECONDS),
+    case("seal-unconfirmed-records-who-answered",
+         gw_seen(S.STOPPING_ADMISSION, GC(inflight=1, held=None, replicas=2, unconfirmed=1), gateway_sealed=False,
+                 gateway_unconfirmed=("baton-gateway.b",)),
+         [WS({"transition.gateway_calls": GC(inflight=1, held=None, replicas=2, unconfirmed=1),
+              "transition.step": "StoppingAdmission"})], retire.GATEWAY_POLL_SECONDS),
+    case("sealed-carries-the-counts-into-draining",
+         gw_seen(S.STOPPING_ADMISSION, GC(inflight=1, held=0, replicas=1), gateway_sealed=True, gateway_inflight=1),
+         [WS({"transition.step": "Draining", "transition.gateway_calls": GC(inflight=1, held=0, replicas=1)}),
+          step_time("StoppingAdmission", 10.0)], 0),
+    case("the-drain-ending-clears-the-counts",
+         gw_seen(S.DRAINING, GC(inflight=0, held=3, replicas=1), recorded=GC(inflight=1, held=3, replicas=1),
+                 gateway_inflight=0),
+         [WS({"transition.step": "Terminating", "transition.gateway_calls": None}),
+          step_time("Draining", 10.0), p.DeletePod(name(7), "uid-7", 30)], 0),
+    case("the-old-pod-gone-clears-the-counts",
+         gw_seen(S.DRAINING, None, recorded=GC(inflight=1, held=3, replicas=1)).model_copy(update={"pods": ()}),
+         [WS({"transition.step": "Creating", "transition.gateway_calls": None}), step_time("Draining", 10.0),
+          Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
+]
+
 # Without the gateway nothing changes, but a retire that could not wait for calls says so.
 WITHOUT = [
     case("no-probe-no-gateway-terminates-and-notes-it",
@@ -186,7 +228,7 @@ HISTORY = [
 ]
 
 
-@pytest.mark.parametrize("o,now,expected,wait", SEAL + DRAIN + WITHOUT + MISCONFIGURED + HISTORY)
+@pytest.mark.parametrize("o,now,expected,wait", SEAL + DRAIN + CALLS + WITHOUT + MISCONFIGURED + HISTORY)
 def test_gateway_retire(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
     check_decide(o, now, expected, wait)
 

@@ -1,0 +1,23 @@
+"""Which range of the runtimes' hash space a runtime falls in (BATON_SHARD_RANGES). Pure, no I/O.
+
+Here, not in baton.sharding, so that the kubectl plugin (which imports baton.model only) computes
+a runtime's owner with the very hash the operator uses.
+"""
+
+from __future__ import annotations
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK = (1 << 64) - 1
+
+
+def fnv1a64(data: bytes) -> int:
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
+def range_of(uid: str, *, ranges: int) -> int:
+    """The range a runtime falls in: equal slices of the 64-bit FNV-1a hash of its UID."""
+    return (fnv1a64(uid.encode()) * ranges) >> 64
