@@ -28,7 +28,7 @@ PY = os.environ.get("PY", str(ROOT / ".venv" / "bin" / "python"))
 # decide()'s own tables (the room-by-room files, the guarantees, the pin gate).
 UNIT = [f"tests/unit/lifecycle/test_{room}.py" for room in (
     "idle", "retire", "create", "lease", "deletion", "dispatch", "conditions", "scenarios", "guarantees", "pins_gate",
-    "gateway_seal")]
+    "gateway_seal")] + ["tests/unit/gateway/test_route.py"]
 MODEL = ["tests/model"]
 
 
@@ -95,6 +95,12 @@ MUTATIONS = [
         "operator/baton/lifecycle/retire.py",
         (("        if not o.gateway_sealed:\n            # The seal invariant",
           "        if False:\n            # The seal invariant"),),
+    ),
+    Mutation(
+        "held-call-excludes-successor", "a call held while N+1 connects counts N+1's pod (serving=false) as retiring",
+        "operator/baton/gateway/route.py",
+        (("            newer = gen is not None and (not isinstance(current, int) or gen > current)\n",
+          "            newer = False\n"),),
     ),
     Mutation(
         "forget-uid-precondition", "a pod delete without preconditions.uid",
