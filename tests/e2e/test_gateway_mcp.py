@@ -184,8 +184,11 @@ def test_mcp_sdk_clients_across_a_handoff_through_the_gateway(
     failures = [e for e in evs if e["ev"] in ("call", "session-error") and not e.get("ok", False)]
     ws = summary["ws"]
     [g1_gone] = watch.deleted_gen("mcp", 1)
-    # The API server sets deletionTimestamp to the delete's time + the grace, at 1 s resolution.
-    deleted = g1_gone.deletion_timestamp.timestamp() - GRACE
+    # The operator's delete: the first event of g1 with a deletionTimestamp, which the API server
+    # sets to the delete's time + the grace, at 1 s resolution (the kubelet's final delete, with
+    # no grace, moves it to its own time: the DELETED event carries that one).
+    marked = next(e for e in watch.snapshot() if e.uid == g1_gone.uid and e.deleting)
+    deleted = marked.deletion_timestamp.timestamp() - GRACE
     since = min(e["t0"] for e in evs if e["ev"] == "call")
     print(f"\nhandoff through the gateway (patch at +{t_patch - since:.1f}s of the client's run):")
     for era, s in summary["eras"].items():
@@ -214,7 +217,8 @@ def test_mcp_sdk_clients_across_a_handoff_through_the_gateway(
     # 2025-11-25: the session g1 issued gets the unknown-session 404 once; the client opens a new
     # session (held for g2) and carries on.
     assert legacy["failed"] == 1, legacy
-    assert "Session terminated" in legacy["errors"][0], legacy["errors"]
+    # The SDK raises the JSON-RPC error of the gateway's 404 body (docs/gateway.md, Refusals).
+    assert "session not found" in legacy["errors"][0], legacy["errors"]
     assert legacy["sessions"] == 2, legacy
     http_404 = [e for e in evs if e["ev"] == "http" and e["era"] == "2025-11-25"]
     assert http_404 and all(e["status"] == 404 and e["reason"] == "UnknownSession" for e in http_404), http_404
