@@ -129,14 +129,23 @@ def slice_addresses(cluster: Cluster, ns: str, service: str) -> set[str]:
 
 
 def events(core: client.CoreV1Api, ns: str, pod: str) -> list[dict[str, Any]]:
-    """The client's JSON lines so far (its stderr, the SDK's own logging, is skipped)."""
+    """The client's JSON lines so far (its stderr, the SDK's own logging, is skipped; so is a
+    last line still being written while the client runs)."""
     try:
-        text = core.read_namespaced_pod_log(pod, ns, _request_timeout=30)
+        # The client library answers None for an empty log.
+        text = core.read_namespaced_pod_log(pod, ns, _request_timeout=30) or ""
     except ApiException as e:
         if e.status in (400, 404):  # not started yet
             return []
         raise
-    return [json.loads(ln) for ln in text.splitlines() if ln.startswith("{")]
+    out = []
+    for ln in text.splitlines():
+        if ln.startswith("{"):
+            try:
+                out.append(json.loads(ln))
+            except json.JSONDecodeError:
+                continue
+    return out
 
 
 def test_mcp_sdk_clients_across_a_handoff_through_the_gateway(
