@@ -502,11 +502,10 @@ def python_base(env: dict[str, str], rootfs: Path) -> str:
     return image
 
 
-def wheelhouse(python: str) -> Path:
-    """requirements/image.lock's wheels for Python PYTHON (the base's, not the host's),
-    downloaded on the host (pip inside a build cannot check TLS certificates here), checked
-    against the lock's hashes."""
-    lock = REPO / "requirements" / "image.lock"
+def wheelhouse(python: str, lock: Path = REPO / "requirements" / "image.lock") -> Path:
+    """LOCK's wheels (default requirements/image.lock) for Python PYTHON (the base's, not the
+    host's), downloaded on the host (pip inside a build cannot check TLS certificates here),
+    checked against the lock's hashes."""
     out = CACHE / f"wheels-{digest(lock, python)}"
     with locked(out):
         if not (out / ".ok").exists():
@@ -526,6 +525,9 @@ TOOLSERVER = REPO / "tests" / "e2e" / "toolserver"
 # The tool server's name is fixed (the archive is keyed by content): examples/*.yaml name it, so
 # they run as written on a cluster of this route (tests/e2e/test_incluster.py applies one).
 TOOLSERVER_IMAGE = "localhost/baton-toolserver:e2e"
+# The MCP tool and client of tests/e2e/test_gateway_mcp.py: the official MCP SDK from PyPI
+# (its lock, hash-checked wheels downloaded on the host), server.py and client.py.
+MCPTOOL = REPO / "tests" / "e2e" / "mcptool"
 
 
 @dataclass
@@ -534,6 +536,8 @@ class AppImages:
     operator_archive: Path
     toolserver: str
     toolserver_archive: Path
+    mcptool: str
+    mcptool_archive: Path
 
 
 def app_images() -> AppImages:
@@ -541,16 +545,21 @@ def app_images() -> AppImages:
     buildah on the Debian python base, offline (--network none, --pull-never), cached."""
     rootfs, python = python_rootfs()
     wheels = wheelhouse(python)
+    mcp_wheels = wheelhouse(python, MCPTOOL / "requirements.lock")
     base_key = digest(rootfs.parent.name, wheels.name)
     op_key = digest(base_key, *OPERATOR_CONTEXT)
     ts_key = digest(base_key, TOOLSERVER)
+    mcp_key = digest(rootfs.parent.name, mcp_wheels.name, MCPTOOL)
     out = CACHE / "kind-app-images"
     result = AppImages(operator=f"localhost/baton:e2e-{op_key}",
                        operator_archive=out / f"baton-{op_key}.tar",
                        toolserver=TOOLSERVER_IMAGE,
-                       toolserver_archive=out / f"toolserver-{ts_key}.tar")
+                       toolserver_archive=out / f"toolserver-{ts_key}.tar",
+                       mcptool=f"localhost/baton-mcptool:e2e-{mcp_key}",
+                       mcptool_archive=out / f"mcptool-{mcp_key}.tar")
+    archives = (result.operator_archive, result.toolserver_archive, result.mcptool_archive)
     with locked(out):
-        if result.operator_archive.exists() and result.toolserver_archive.exists():
+        if all(a.exists() for a in archives):
             return result
         with build_storage(out) as env:
             base = python_base(env, rootfs)
@@ -567,19 +576,30 @@ def app_images() -> AppImages:
                 run(*common, "-f", TOOLSERVER / "Containerfile", "-t", result.toolserver,
                     TOOLSERVER, env=env, timeout=600)
                 _save(result.toolserver, result.toolserver_archive, env)
+            if not result.mcptool_archive.exists():
+                log(f"building {result.mcptool}")
+                t0 = time.monotonic()
+                run(*common, "--build-arg", "PIP_NO_INDEX=1", "--build-arg", "PIP_FIND_LINKS=/wheels",
+                    "-v", f"{mcp_wheels}:/wheels:ro", "-f", MCPTOOL / "Containerfile",
+                    "-t", result.mcptool, MCPTOOL, env=env, timeout=900)
+                _save(result.mcptool, result.mcptool_archive, env)
+                log(f"{result.mcptool} built in {time.monotonic() - t0:.0f}s "
+                    f"({result.mcptool_archive.stat().st_size / 2**20:.0f} MiB archive)")
             # The size docs/kind.md quotes: podman's figure (uncompressed layers) of each image.
             sizes = run("podman", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
                         env=env).stdout.strip()
             log("image sizes (podman image ls): " + "; ".join(sizes.splitlines()))
-        prune(out.glob("*.tar"), keep=result.operator_archive, also_keep=result.toolserver_archive)
+        prune(out.glob("*.tar"), keep=result.operator_archive, also_keep=result.toolserver_archive,
+              and_keep=result.mcptool_archive)
     return result
 
 
-def prune(paths: Iterator[Path], keep: Path, also_keep: Path | None = None) -> None:
+def prune(paths: Iterator[Path], keep: Path, also_keep: Path | None = None,
+          and_keep: Path | None = None) -> None:
     """Remove the cached builds of older inputs (each is hundreds of MB): the cache holds the
     current key of each build only."""
     for p in paths:
-        if p not in (keep, also_keep):
+        if p not in (keep, also_keep, and_keep):
             log(f"removing the outdated {p}")
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
@@ -627,6 +647,7 @@ def main(argv: list[str] | None = None) -> int:
             imgs = app_images()
             print(imgs.operator_archive)
             print(imgs.toolserver_archive)
+            print(imgs.mcptool_archive)
         elif a.command == "up":
             print(up(a.dir.resolve(), a.name))
         elif a.command == "down":
