@@ -51,7 +51,9 @@ class Proxy:
             connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30, resolver=self.resolver, use_dns_cache=False),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_seconds,
                                           sock_read=self.settings.idle_timeout_seconds),
-            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar())
+            auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
+            # Set once here, not per request: the client adds none of these of its own.
+            skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
 
     async def close(self) -> None:
         if self.session is not None:
@@ -248,7 +250,7 @@ class Proxy:
             url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
             try:
                 upstream = await self.session.request(request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
-                                                      allow_redirects=False, skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
+                                                      allow_redirects=False)
             except (aiohttp.ClientConnectorError, asyncio.TimeoutError) as exc:
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
                 if started[0]:

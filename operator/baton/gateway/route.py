@@ -101,9 +101,11 @@ def _label(text: str) -> bool:
         c.islower() or c.isdigit() or c == "-" for c in text)
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_host(host: str, *, cluster_domain: str) -> Target | None:
     """`<runtime>.<namespace>`, `.svc` or `.svc.<cluster domain>`, with an optional `:<port>`.
-    Anything else (an IP, a bare name, another domain, a bad port): None."""
+    Anything else (an IP, a bad name, another domain, a bad port): None. Cached: clients send the
+    same few Host values over and over (a Target is immutable)."""
     text = host.strip().lower().rstrip(".") if host else ""
     if not text or text.startswith("["):
         return None  # empty, or an IPv6 literal
