@@ -79,7 +79,7 @@ async def acquire_lease(
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {names.LABEL_RUNTIME: runtime},
+                "labels": {names.LABEL_RUNTIME: runtime, names.LABEL_HASH_BUCKET: names.hash_bucket(runtime_uid)},
                 "ownerReferences": [
                     manifests.owner_reference(name=runtime, uid=runtime_uid, block_owner_deletion=False)],
             },
@@ -95,7 +95,11 @@ async def acquire_lease(
             raise
     if int((observed.get("spec") or {}).get("leaseTransitions") or 0) >= token:
         raise LeaseLost("token already used")
-    return await _replace_lease(namespace, name, {**observed, "spec": spec})
+    # A Lease an older version made has no hash-bucket label: it gets it with this take
+    # (sharded replicas watch unlabelled Leases apart until then; baton.cache.views).
+    meta = observed.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), names.LABEL_HASH_BUCKET: names.hash_bucket(runtime_uid)}
+    return await _replace_lease(namespace, name, {**observed, "metadata": {**meta, "labels": labels}, "spec": spec})
 
 
 async def _outside_view(*, namespace: str, name: str, runtime: str) -> None:

@@ -25,6 +25,9 @@ FINALIZER = "baton.dev/retire"
 LABEL_RUNTIME = "baton.dev/runtime"
 LABEL_GENERATION = "baton.dev/generation"
 LABEL_SERVING = "baton.dev/serving"
+# On the same objects: the runtime's hash bucket (hash_bucket), so a sharded replica lists and
+# watches only its ranges' objects (baton.sharding; each range is a whole set of buckets).
+LABEL_HASH_BUCKET = "baton.dev/hash-bucket"
 
 # Annotations on a generation's pod.
 ANN_GENERATION = "baton.dev/generation"
@@ -65,6 +68,28 @@ HEADER_REASON = "Baton-Reason"
 
 # Events' reportingComponent.
 REPORTING_COMPONENT = "baton.dev/operator"
+
+
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_MASK = (1 << 64) - 1
+# LABEL_HASH_BUCKET's values: the top 8 bits of the hash, two hex digits.
+HASH_BUCKETS = 256
+
+
+def fnv1a64(data: bytes) -> int:
+    """64-bit FNV-1a, the hash Kubernetes' sharded list/watch cuts metadata.uid by."""
+    h = _FNV_OFFSET
+    for byte in data:
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
+def hash_bucket(runtime_uid: str) -> str:
+    """LABEL_HASH_BUCKET of every object Baton makes for the runtime of this UID: the top 8 bits
+    of fnv1a64(uid) as two lowercase hex digits (a pod has a UID of its own: the label carries
+    its runtime's)."""
+    return f"{fnv1a64(runtime_uid.encode()) >> 56:02x}"
 
 
 def pod_name(runtime: str) -> str:
