@@ -94,8 +94,9 @@ async def runtimes_served(namespaces: tuple[str, ...]) -> bool:
     return True
 
 
-# Not a selector: an API server that reads shardSelector refuses it (400); one that does not
-# (the ShardedListAndWatch gate off, or older than 1.36) answers the list as if it were absent.
+# Not a selector: an API server that reads shardSelector refuses it ("invalid shard selector",
+# a 500 from 1.36.3's custom-resource handler); one that does not (the ShardedListAndWatch gate
+# off, or older than 1.36) answers the list as if it were absent.
 _NOT_A_SHARD_SELECTOR = "baton-probe("
 
 
@@ -107,5 +108,5 @@ async def shard_selector_honoured(namespace: str | None) -> bool:
         await client.work().request("GET", _path(namespace),
                                     query={"limit": 1, "shardSelector": _NOT_A_SHARD_SELECTOR}, timeout=10)
     except api.ApiError as exc:
-        return exc.status == 400 and "shard selector" in exc.message
+        return exc.status in (400, 500) and "invalid shard selector" in exc.message
     return False
