@@ -129,6 +129,7 @@ class NewPod(Expectation):
             names.LABEL_RUNTIME: b.RT,
             names.LABEL_GENERATION: str(self.gen),
             names.LABEL_SERVING: "false",  # joins the Service only once Ready
+            names.LABEL_HASH_BUCKET: names.hash_bucket(b.RT_UID),  # sharded replicas select on it
         }
         assert meta["annotations"] == {
             "team": "tools",
