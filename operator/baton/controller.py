@@ -217,9 +217,16 @@ class Controller:
         assert self.ranges is not None
         while True:
             await asyncio.sleep(UNWATCH_PERIOD_SECONDS)
-            needed = set(self.ranges.held) | self._held_ranges()
-            for index in sorted(self.views.watched_ranges() - needed):
-                await self.views.stop_range(index)
+            for index in sorted(self.views.watched_ranges()):
+                # Judged again right before each stop: one gained back while an earlier stop
+                # awaited is kept (stop_range forgets a range before its first await).
+                if index in self.ranges.held or index in self._held_ranges():
+                    continue
+                try:
+                    await self.views.stop_range(index)
+                except Exception:  # never the end of this loop; the next second tries again
+                    log.exception("stopping the watches of range %d failed", index)
+                    continue
                 log.info("stopped watching range %d of %d", index, self.ranges.ranges)
 
     def _range_lost(self, index: int) -> None:
