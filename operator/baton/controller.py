@@ -222,11 +222,16 @@ class Controller:
                 # awaited is kept (stop_range forgets a range before its first await).
                 if index in self.ranges.held or index in self._held_ranges():
                     continue
+                leaving = self._in_range(index)
                 try:
                     await self.views.stop_range(index)
                 except Exception:  # never the end of this loop; the next second tries again
                     log.exception("stopping the watches of range %d failed", index)
                     continue
+                # Their memory goes with them (no Lease of theirs is held here: checked above).
+                for key in leaving:
+                    if key not in self.executor.leases.held:
+                        self.reconciler.forget(key)
                 log.info("stopped watching range %d of %d", index, self.ranges.ranges)
 
     def _range_lost(self, index: int) -> None:
