@@ -188,9 +188,9 @@ schema: dict[str, Any] = {
         "leaseSeconds": i(minimum=3, maximum=300),
         "workers": i(minimum=1, maximum=256),
         "probeConcurrency": i(minimum=1, maximum=1024),
-        "shardRanges": i(minimum=0, maximum=1024),
         "resyncSeconds": i(minimum=5, maximum=86400),
-        "shardRanges": i(minimum=0, maximum=1024),
+        # Each range a whole set of the 256 hash-bucket labels (baton.sharding.ranges.valid_count).
+        "shardRanges": {"type": "integer", "enum": [0, 1, 2, 4, 8, 16, 32, 64, 128, 256]},
         "probeAllowedCidrs": {"type": "array", "minItems": 1,
                               "items": {"type": "string", "pattern": r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"}},
         "extraEnv": {"type": "array", "items": envvar},

@@ -472,6 +472,9 @@ class Plane:
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
             "--profiling=false",
+            # Sharded list/watch (KEP-5866, alpha in 1.36): Baton's sharded replicas list and
+            # watch only their ranges' ToolRuntimes (baton.cache.views; off: they filter themselves).
+            "--feature-gates=ShardedListAndWatch=true",
             f"--cert-dir={self.run / 'apiserver'}",
             *self._audit_args(),
         ], {"GOMEMLIMIT": "600MiB"}, die_with_parent)

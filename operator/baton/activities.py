@@ -124,6 +124,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         await client.stop()  # a retry opens them again; no "Unclosed client session" noise at exit
         raise
     if not controller.started:
+        await controller.prepare()  # one bounded list (sharded only), before anything is held
         metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges))
         metrics.REGISTRY.register(metrics.QueueCollector(controller.running))
         controller.start()

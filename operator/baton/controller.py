@@ -27,8 +27,9 @@ from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
 from baton.cache import snapshot, store, views as views_mod
-from baton.k8s import client
-from baton.model import names
+from baton.k8s import client, labels
+from baton.k8s import runtimes as runtimes_api
+from baton.model import names, shardhash
 from baton.sharding import keeper as shard_keeper
 
 log = logging.getLogger("baton.runner")
@@ -38,6 +39,8 @@ Key = tuple[str, str]
 MAX_PASSES_PER_TURN = 25
 # A runtime whose range's renewals are late is looked at again after this long.
 RANGE_LAPSE_RETRY_SECONDS = 1.0
+# How often the watches of ranges this replica no longer needs are stopped.
+UNWATCH_PERIOD_SECONDS = 1.0
 
 
 class Controller:
@@ -45,7 +48,8 @@ class Controller:
         self.settings = settings
         self.clock = clock
         self.views = views_mod.Views(namespaces=settings.namespaces, watch_configmaps=settings.watch_configmaps,
-                                     watch_secrets=settings.watch_secrets, system_namespace=settings.system_namespace)
+                                     watch_secrets=settings.watch_secrets, system_namespace=settings.system_namespace,
+                                     shard_ranges=settings.shard_ranges)
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views, clock=clock, faults=faults)
         self.configs = triggers.ConfigIndex(on_unreferenced=self.views.forget_config)
@@ -87,8 +91,21 @@ class Controller:
         self._workers: list[asyncio.Task[None]] = []
         self._resync: asyncio.Task[None] | None = None
         self._exporting: asyncio.Task[None] | None = None
+        self._unwatching: asyncio.Task[None] | None = None
 
     # --- wiring: view changes enqueue runtimes ---------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before start: sharded, whether the API server filters ToolRuntimes by shardSelector
+        (then each range's are listed and watched apart; else all, filtered here)."""
+        if self.settings.shard_ranges:
+            scope = self.settings.namespaces[0] if self.settings.namespaces else None
+            try:
+                self.views.runtimes_sharded = await runtimes_api.shard_selector_honoured(scope)
+            except Exception as exc:  # no answer: the fallback is correct either way
+                log.warning("could not tell whether the API server honours shardSelector: %s", client.short(exc))
+            log.info("sharded: ToolRuntimes %s", "listed and watched per range (shardSelector)"
+                     if self.views.runtimes_sharded else "all listed and watched: the API server ignores shardSelector")
 
     def start(self) -> None:
         if self.started:
@@ -114,6 +131,7 @@ class Controller:
         v.start(client.open_watches(informers=v.informer_count()))
         if self.ranges is not None:
             self.ranges.start()
+            self._unwatching = asyncio.create_task(self._unwatch_forever(), name="baton range watches")
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
@@ -145,20 +163,29 @@ class Controller:
 
     def _standing(self, key: Key) -> shard_keeper.Standing:
         """Without sharding, every runtime is MINE; with it, by the range it falls in (a runtime
-        not in view is MINE: its pass finds it gone)."""
+        not in view is MINE: its pass finds it gone). A range whose views are not filled yet
+        (just gained: its objects are being listed) counts as LAPSED: nothing is decided on a
+        view that may still miss a pod."""
         if self.ranges is None:
             return shard_keeper.Standing.MINE
         rt = self.views.runtimes.get(*key)
         if rt is None:
             return shard_keeper.Standing.MINE
-        return self.ranges.standing(str((rt.get("metadata") or {}).get("uid") or ""))
+        uid = str((rt.get("metadata") or {}).get("uid") or "")
+        standing = self.ranges.standing(uid)
+        if standing == shard_keeper.Standing.MINE and not self.views.range_synced(self.ranges.range_of(uid)):
+            return shard_keeper.Standing.LAPSED
+        return standing
 
     def _mine(self, key: Key) -> bool:
         """Worth queueing: MINE, or LAPSED (its range may come back; _turn waits for it)."""
         return self._standing(key) != shard_keeper.Standing.OTHER
 
     def _mine_runtime(self, rt: dict[str, Any]) -> bool:
-        return self.ranges is None or self.ranges.owns(str((rt.get("metadata") or {}).get("uid") or ""))
+        if self.ranges is None:
+            return True
+        uid = str((rt.get("metadata") or {}).get("uid") or "")
+        return self.ranges.owns(uid) and self.views.range_synced(self.ranges.range_of(uid))
 
     def _in_range(self, index: int) -> list[Key]:
         assert self.ranges is not None
@@ -167,8 +194,45 @@ class Controller:
                 if ranges.range_of(str((rt.get("metadata") or {}).get("uid") or "")) == index]
 
     def _range_gained(self, index: int) -> None:
+        # Its objects listed and watched from now on (kept if still watched since it was lost);
+        # its runtimes wait (LAPSED) until those views are filled, then their events wake them.
+        self.views.start_range(index)
         for key in self._in_range(index):
             self.wake(*key)
+
+    def _held_ranges(self) -> set[int]:
+        """The ranges of the runtimes whose Lease this replica holds."""
+        assert self.ranges is not None
+        out: set[int] = set()
+        for key in list(self.executor.leases.held):
+            rt = self.views.runtimes.get(*key)
+            if rt is not None:
+                out.add(self.ranges.range_of(str((rt.get("metadata") or {}).get("uid") or "")))
+        return out
+
+    async def _unwatch_forever(self) -> None:
+        """Stop watching a range once it is neither held (fresh or lapsed) nor the range of a
+        runtime whose Lease this replica still holds: the pass that hands such a Lease back
+        needs that runtime's objects in view."""
+        assert self.ranges is not None
+        while True:
+            await asyncio.sleep(UNWATCH_PERIOD_SECONDS)
+            for index in sorted(self.views.watched_ranges()):
+                # Judged again right before each stop: one gained back while an earlier stop
+                # awaited is kept (stop_range forgets a range before its first await).
+                if index in self.ranges.held or index in self._held_ranges():
+                    continue
+                leaving = self._in_range(index)
+                try:
+                    await self.views.stop_range(index)
+                except Exception:  # never the end of this loop; the next second tries again
+                    log.exception("stopping the watches of range %d failed", index)
+                    continue
+                # Their memory goes with them (no Lease of theirs is held here: checked above).
+                for key in leaving:
+                    if key not in self.executor.leases.held:
+                        self.reconciler.forget(key)
+                log.info("stopped watching range %d of %d", index, self.ranges.ranges)
 
     def _range_lost(self, index: int) -> None:
         # Runtimes of the range this replica holds the Lease of: one more turn hands it back.
@@ -176,6 +240,35 @@ class Controller:
         for key in self._in_range(index):
             if key in held:
                 self.queue.add(key)
+
+    async def _adopt(self, key: Key) -> None:
+        """Label the runtime's objects an older version made without its hash bucket (its pods,
+        Service, Baton's EndpointSlice), so they move from every replica's view of unlabelled
+        objects to the owner's range view. Only the owner does this; a failure is tried again at
+        the next pass (the unlabelled view keeps showing them to every replica meanwhile)."""
+        rt = self.views.runtimes.get(*key)
+        if rt is None:
+            return
+        ns, name = key
+        uid = str((rt.get("metadata") or {}).get("uid") or "")
+        found: list[tuple[str, dict[str, Any]]] = [("Pod", pd) for pd in self.views.pods.by_label(ns, name)]
+        for kind, obj in (("Service", self.views.services.get(ns, name)),
+                          ("EndpointSlice", self.views.slices.get(ns, names.gateway_slice_name(name)))):
+            if obj is not None:
+                found.append((kind, obj))
+        for kind, obj in found:
+            meta = obj.get("metadata") or {}
+            if not views_mod.unlabelled(obj) or uid not in {ref.get("uid") for ref in meta.get("ownerReferences") or []}:
+                continue
+            try:
+                patched = await labels.add_hash_bucket(kind=kind, namespace=ns, name=str(meta.get("name")),
+                                                       uid=str(meta.get("uid")), bucket=shardhash.hash_bucket(uid))
+            except Exception as exc:  # the next pass tries again
+                log.warning("%s %s/%s not labelled with its hash bucket: %s", kind, ns, meta.get("name"),
+                            client.short(exc), extra={"runtime": f"{ns}/{name}"})
+                continue
+            if patched is not None:
+                self.views.apply(patched, kind)
 
     def _listener(self, trigger: triggers.Trigger) -> store.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -232,6 +325,8 @@ class Controller:
                 metrics.PASSES_THROTTLED.inc()
                 self.queue.add_rate_limited(key, throttle)
                 return
+            if standing == shard_keeper.Standing.MINE and self.ranges is not None:
+                await self._adopt(key)
             started = time.monotonic()
             try:
                 # Not this replica's any more but its Lease held: like a shutdown, the transition
@@ -284,7 +379,7 @@ class Controller:
         while held and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         self.queue.shut_down()
-        tasks = [*self._workers, *(t for t in (self._resync, self._exporting) if t is not None)]
+        tasks = [*self._workers, *(t for t in (self._resync, self._exporting, self._unwatching) if t is not None)]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

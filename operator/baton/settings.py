@@ -17,6 +17,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 
+from baton.sharding import ranges
+
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Bind = tuple[str, int]
 
@@ -133,7 +135,15 @@ class _OperatorEnv(_Env):
     resync_seconds: int = _f("BATON_RESYNC_SECONDS", 300, ge=5, le=86400)
     system_namespace: str = _f("BATON_SYSTEM_NAMESPACE", "default")
     digest_key_file: str = _f("BATON_DIGEST_KEY_FILE", "")
-    shard_ranges: int = _f("BATON_SHARD_RANGES", 0, ge=0, le=1024)
+    shard_ranges: int = _f("BATON_SHARD_RANGES", 0, ge=0)
+
+    @pydantic.field_validator("shard_ranges")
+    @classmethod
+    def _whole_buckets(cls, value: int) -> int:
+        # Each range must be a whole set of the objects' hash-bucket labels (baton.sharding).
+        if not ranges.valid_count(value):
+            raise ValueError(f"must be 0 (off) or a power of two up to {ranges.MAX_RANGES}")
+        return value
 
 
 @dataclasses.dataclass(frozen=True)

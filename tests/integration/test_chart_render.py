@@ -313,7 +313,7 @@ HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "P
               "DELETE": {"delete"}}
 RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
                 "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.k8s.gateways",
-                "baton.k8s.metricslease", "baton.k8s.shardleases", "baton.cache.views"]
+                "baton.k8s.metricslease", "baton.k8s.shardleases", "baton.k8s.labels", "baton.cache.views"]
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:

@@ -11,7 +11,7 @@ import pytest
 
 from baton import lifecycle
 from baton.lifecycle import plan as p
-from baton.model import names
+from baton.model import names, shardhash
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -129,6 +129,7 @@ class NewPod(Expectation):
             names.LABEL_RUNTIME: b.RT,
             names.LABEL_GENERATION: str(self.gen),
             names.LABEL_SERVING: "false",  # joins the Service only once Ready
+            names.LABEL_HASH_BUCKET: shardhash.hash_bucket(b.RT_UID),  # sharded replicas select on it
         }
         assert meta["annotations"] == {
             "team": "tools",

@@ -49,6 +49,9 @@ def test_bad_bind_addresses_name_the_variable(text: str) -> None:
     ({"BATON_LOG_LEVEL": "loud"}, "BATON_LOG_LEVEL"),
     ({"BATON_WATCH_SECRETS": "maybe"}, "BATON_WATCH_SECRETS"),
     ({"BATON_WORKERS": "0"}, "BATON_WORKERS"),
+    ({"BATON_SHARD_RANGES": "3"}, "BATON_SHARD_RANGES"),
+    ({"BATON_SHARD_RANGES": "512"}, "BATON_SHARD_RANGES"),
+    ({"BATON_SHARD_RANGES": "-2"}, "BATON_SHARD_RANGES"),
 ])
 def test_a_bad_value_names_the_variable_and_what_was_given(env: dict[str, str], variable: str) -> None:
     with pytest.raises(settings.SettingsError) as err:
@@ -71,3 +74,11 @@ def test_gateway_admin_address_brackets_an_ipv6_pod_ip() -> None:
     assert g.admin_bind == ("::1", 9001) and g.admin_address == "[::1]:9001"
     with pytest.raises(settings.SettingsError, match="BATON_GATEWAY_LEASE_SECONDS"):
         settings.GatewaySettings.from_env({"BATON_GATEWAY_LEASE_SECONDS": "abc"})
+
+
+def test_shard_ranges_are_off_or_a_power_of_two_up_to_the_label_buckets() -> None:
+    for good in ("0", "1", "2", "16", "256"):
+        assert settings.Settings.from_env({"BATON_SHARD_RANGES": good}).shard_ranges == int(good)
+    with pytest.raises(settings.SettingsError) as err:
+        settings.Settings.from_env({"BATON_SHARD_RANGES": "12"})
+    assert "power of two up to 256" in err.value.problem, err.value.problem

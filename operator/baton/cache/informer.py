@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from typing import Any
+from typing import Any, Callable
 
 from baton import metrics
-from baton.cache import store
+from baton.cache import store as store_mod
 from baton.k8s import api as k8s_api
 
 log = logging.getLogger("baton.cache")
@@ -29,16 +29,25 @@ class Informer:
         group_version: str,
         plural: str,
         namespace: str | None,
-        store: store.Store,
+        store: store_mod.Store,
         label_selector: str | None = None,
         metadata_only: bool = False,
         watch_timeout_seconds: int = 300,
+        shard_selector: str | None = None,
+        scope: Callable[[store_mod.Obj], bool] | None = None,
     ) -> None:
-        """`metadata_only`: list and watch PartialObjectMetadata, never the objects' data."""
+        """`metadata_only`: list and watch PartialObjectMetadata, never the objects' data.
+        `shard_selector`: the API server's shardSelector (sharded list/watch). `scope`: what
+        this informer selects, judged here on every object, for a store fed by several
+        informers (a list's absences and a watch's deletions concern only what it selects),
+        and as the filter of record: an object outside it is not kept, whatever the server
+        sent (an API server with the sharding gate off ignores a shardSelector)."""
         self.api, self.kind, self.store = api, kind, store
         self.path = k8s_api.path(group_version, plural, namespace)
         self.namespace = namespace
         self.label_selector = label_selector
+        self.shard_selector = shard_selector
+        self.scope = scope
         self.metadata_only = metadata_only
         self.watch_timeout_seconds = watch_timeout_seconds
         # A store that keeps a reduced copy (names and versions) gets small pages: one page's
@@ -62,15 +71,19 @@ class Informer:
                 if rv is None:
                     items, rv = await self.api.list(self.path, label_selector=self.label_selector,
                                                     limit=self.page_size, each=self._reduce,
-                                                    metadata_only=self.metadata_only)
-                    self.store.replace(self.namespace, items, reduced=True)
+                                                    metadata_only=self.metadata_only,
+                                                    shard_selector=self.shard_selector)
+                    if self.scope is not None:
+                        items = [item for item in items if self.scope(item)]
+                    self.store.replace(self.namespace, items, reduced=True, scope=self.scope)
                     del items
                     metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
                     self.synced.set()
                     self.forbidden = None
                 async for event in self.api.watch(self.path, resource_version=rv, label_selector=self.label_selector,
                                                   timeout_seconds=self.watch_timeout_seconds,
-                                                  metadata_only=self.metadata_only):
+                                                  metadata_only=self.metadata_only,
+                                                  shard_selector=self.shard_selector):
                     rv = self._handle(event) or rv
                     gone_in_a_row = 0
                 failures = 0
@@ -120,9 +133,10 @@ class Informer:
             code = int(obj.get("code") or 0)
             raise k8s_api.ApiError(code, str(obj.get("reason") or ""), str(obj.get("message") or ""))
         if kind in ("ADDED", "MODIFIED"):
-            self.store.apply(obj)
+            if self.scope is None or self.scope(obj):
+                self.store.apply(obj, watched=True)
         elif kind == "DELETED":
-            self.store.delete(obj)
+            self.store.delete(obj, scope=self.scope)
         metrics.WATCH_EVENTS.labels(kind=self.kind).inc()
         metrics.CACHE_OBJECTS.labels(kind=self.kind).set(len(self.store))
         return rv

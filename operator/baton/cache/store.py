@@ -93,9 +93,13 @@ class Store:
         """What the store keeps of `obj` (all of it, unless the store was given a transform)."""
         return obj if self._transform is None else self._transform(obj)
 
-    def apply(self, obj: Obj, *, reduced: bool = False) -> bool:
+    def apply(self, obj: Obj, *, reduced: bool = False, watched: bool = False) -> bool:
         """Keep `obj` if it is newer than what is stored; True if it changed the view.
-        `reduced`: `obj` is already what `reduce` returns (a list reduced page by page)."""
+        `reduced`: `obj` is already what `reduce` returns (a list reduced page by page).
+        `watched`: `obj` came from a list or watch, not a write's reply: a tombstone of the same
+        version does not stop it (an object that moved between two informers of this store
+        leaves one as DELETED and enters the other as ADDED at that one version, in either
+        order; a real deletion's version is never listed or watched as a live object)."""
         if not reduced:
             obj = self.reduce(obj)
         if self._selected_by is not None and self._selected_by not in ((obj.get("metadata") or {}).get("labels") or {}):
@@ -105,7 +109,7 @@ class Store:
         rv = rv_of(obj)
         if old is not None and rv_of(old) >= rv:
             return False
-        if old is None and key in self._deleted_rv and self._deleted_rv[key][0] >= rv:
+        if old is None and key in self._deleted_rv and self._deleted_rv[key][0] >= rv + (1 if watched else 0):
             return False
         self._deleted_rv.pop(key, None)
         self._objects[key] = obj
@@ -114,10 +118,15 @@ class Store:
             listener(old, obj)
         return True
 
-    def delete(self, obj: Obj) -> bool:
+    def delete(self, obj: Obj, *, scope: Callable[[Obj], bool] | None = None) -> bool:
+        """`scope`: the selection of the informer that saw it go (a store fed by several): the
+        stored copy is left alone when it is outside that selection, i.e. it moved to another
+        informer's (a newer version already applied) and only left this one's."""
         key = key_of(obj)
         old = self._objects.get(key)
         if old is None:
+            return False
+        if scope is not None and not scope(old):
             return False
         uid = (obj.get("metadata") or {}).get("uid")
         if uid and (old.get("metadata") or {}).get("uid") not in (None, uid):
@@ -144,14 +153,26 @@ class Store:
         self._forget_old_tombstones()
         return len(self._deleted_rv)
 
-    def replace(self, namespace: str | None, objs: list[Obj], *, reduced: bool = False) -> None:
+    def replace(self, namespace: str | None, objs: list[Obj], *, reduced: bool = False,
+                scope: Callable[[Obj], bool] | None = None) -> None:
         """A fresh list (of one namespace, or all): apply it, and delete what it no longer has.
-        `reduced`: the objects are already what `reduce` returns."""
+        `reduced`: the objects are already what `reduce` returns. `scope`: the list's selection
+        (a store fed by several informers): only what it selects can have gone from it."""
         if not reduced:
             objs = [self.reduce(o) for o in objs]
         seen = {key_of(o) for o in objs}
         for key, old in list(self._objects.items()):
-            if (namespace is None or key[0] == namespace) and key not in seen:
+            if (namespace is None or key[0] == namespace) and key not in seen and (scope is None or scope(old)):
                 self.delete(old)
         for obj in objs:
-            self.apply(obj, reduced=True)
+            self.apply(obj, reduced=True, watched=True)
+
+    def drop(self, scope: Callable[[Obj], bool]) -> int:
+        """Forget every object `scope` selects, quietly: no listener runs and no tombstone is
+        kept (an informer that stopped watching them; listed again later, they come back at
+        the versions the server has). Returns how many went."""
+        gone = [(key, old) for key, old in self._objects.items() if scope(old)]
+        for key, old in gone:
+            del self._objects[key]
+            self._reindex(key, old, None)
+        return len(gone)

@@ -17,13 +17,17 @@ when the object goes.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import dataclasses
+from typing import Any, Callable
+
+from baton import metrics
 
 from baton.cache import informer as informer_mod
 from baton.cache import store as store_mod
 from baton.k8s import api as k8s_api
 from baton.k8s import configrefs, runtimes
 from baton.model import names
+from baton.sharding import ranges as ranges_mod
 
 SERVICE_NAME_LABEL = names.LABEL_SERVICE_NAME
 
@@ -55,11 +59,45 @@ def _names_only(obj: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}}
 
 
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    labels: dict[str, str] = (obj.get("metadata") or {}).get("labels") or {}
+    return labels
+
+
+def unlabelled(obj: dict[str, Any]) -> bool:
+    """Made by a version before the hash-bucket label (the owner adds it: baton.controller)."""
+    return names.LABEL_HASH_BUCKET not in _labels(obj)
+
+
+def _in_buckets(buckets: frozenset[str]) -> Callable[[dict[str, Any]], bool]:
+    return lambda obj: _labels(obj).get(names.LABEL_HASH_BUCKET) in buckets
+
+
+def _in_range(index: int, ranges: int) -> Callable[[dict[str, Any]], bool]:
+    return lambda obj: ranges_mod.range_of(str((obj.get("metadata") or {}).get("uid") or ""), ranges=ranges) == index
+
+
+@dataclasses.dataclass
+class _RangeWatch:
+    """The informers of one held range (and their tasks)."""
+
+    informers: list[informer_mod.Informer]
+    tasks: list[asyncio.Task[None]]
+
+
 class Views:
     def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool,
-                 system_namespace: str = "default") -> None:
+                 system_namespace: str = "default", shard_ranges: int = 0) -> None:
         self.namespaces = namespaces
         self.system_namespace = system_namespace
+        # Sharded (BATON_SHARD_RANGES): pods, Leases, Services and EndpointSlices are watched per
+        # held range (by the hash-bucket label), plus those without the label (made before it) on
+        # every replica; ToolRuntimes per range through the API server's shardSelector where it
+        # is honoured (runtimes_sharded, set before start), else all of them as unsharded.
+        self.shard_ranges = shard_ranges
+        self.runtimes_sharded = False
+        self._api: k8s_api.Api | None = None
+        self._ranges: dict[int, _RangeWatch] = {}
         self.runtimes = store_mod.Store(index_label=None)
         # ToolRuntimeClaims carry the user's labels, not ours: all of them, indexed by runtimeRef.
         self.claims = store_mod.Store(index_label=None, index_by=claim_runtime)
@@ -89,16 +127,22 @@ class Views:
         """No runtime references that object any more: its digest need not be kept."""
         self.config_digests.forget((kind, namespace, name))
 
+    def _owned(self) -> list[tuple[str, str, str, store_mod.Store]]:
+        """(kind, apiVersion, plural, store) of the objects Baton makes for a runtime."""
+        return [("Pod", "v1", "pods", self.pods),
+                ("Lease", "coordination.k8s.io/v1", "leases", self.leases),
+                ("Service", "v1", "services", self.services),
+                ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices)]
+
     def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None, bool]]:
-        """(kind, apiVersion, plural, store, label selector, metadata only) of each informer."""
-        kinds: list[tuple[str, str, str, store_mod.Store, str | None, bool]] = [
-            (names.KIND, names.API_VERSION, names.PLURAL, self.runtimes, None, False),
-            (names.CLAIM_KIND, names.API_VERSION, names.CLAIM_PLURAL, self.claims, None, False),
-            ("Pod", "v1", "pods", self.pods, names.LABEL_RUNTIME, False),
-            ("Lease", "coordination.k8s.io/v1", "leases", self.leases, names.LABEL_RUNTIME, False),
-            ("Service", "v1", "services", self.services, names.LABEL_RUNTIME, False),
-            ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices, names.LABEL_RUNTIME, False),
-        ]
+        """(kind, apiVersion, plural, store, label selector, metadata only) of each informer that
+        runs from start to stop (sharded: the unlabelled objects' ones; the ranges' are apart)."""
+        kinds: list[tuple[str, str, str, store_mod.Store, str | None, bool]] = []
+        if not (self.shard_ranges and self.runtimes_sharded):
+            kinds.append((names.KIND, names.API_VERSION, names.PLURAL, self.runtimes, None, False))
+        kinds.append((names.CLAIM_KIND, names.API_VERSION, names.CLAIM_PLURAL, self.claims, None, False))
+        owned = f"{names.LABEL_RUNTIME},!{names.LABEL_HASH_BUCKET}" if self.shard_ranges else names.LABEL_RUNTIME
+        kinds += [(kind, gv, plural, store, owned, False) for kind, gv, plural, store in self._owned()]
         if self.configmaps is not None:
             kinds.append(("ConfigMap", "v1", "configmaps", self.configmaps, None, True))
         if self.secrets is not None:
@@ -106,15 +150,23 @@ class Views:
         return kinds
 
     def informer_count(self) -> int:
-        """How many informers `start` runs: one per kind and watched namespace (or one per kind)."""
-        return len(self._kinds()) * max(1, len(self.namespaces)) + 1
+        """How many informers may run at once: one per kind and watched namespace (or one per
+        kind), and sharded, those of every range too (a replica alone holds them all)."""
+        per_range = len(self._owned()) + (1 if self.runtimes_sharded else 0)
+        return (len(self._kinds()) + self.shard_ranges * per_range) * max(1, len(self.namespaces)) + 1
+
+    def _scope(self) -> Callable[[dict[str, Any]], bool] | None:
+        return unlabelled if self.shard_ranges else None
 
     def start(self, api: k8s_api.Api) -> None:
+        self._api = api
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         for kind, gv, plural, store, selector, metadata_only in self._kinds():
             for ns in scopes:
+                scope = self._scope() if store in (self.pods, self.leases, self.services, self.slices) else None
                 informer = informer_mod.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
-                                                 store=store, label_selector=selector, metadata_only=metadata_only)
+                                                 store=store, label_selector=selector, metadata_only=metadata_only,
+                                                 scope=scope)
                 self.informers.append(informer)
                 self._tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'}"))
         # The gateway's pods: one namespace, whatever the watched ones are (baton.k8s.gateways.RBAC).
@@ -124,11 +176,70 @@ class Views:
         self.informers.append(gw)
         self._tasks.append(asyncio.create_task(gw.run(), name=f"watch gateway pods {self.system_namespace}"))
 
+    # --- sharded: one set of informers per held range -------------------------------------------
+
+    def start_range(self, index: int) -> None:
+        """List and watch range `index`'s objects (their hash-bucket label; ToolRuntimes by the
+        server's shardSelector where honoured), each checked here too (the informer's scope)."""
+        assert self._api is not None and self.shard_ranges, "start_range before start, or not sharded"
+        if index in self._ranges:
+            return
+        ranges = self.shard_ranges
+        label = ranges_mod.bucket_selector(index, ranges=ranges)
+        in_buckets = _in_buckets(frozenset(ranges_mod.buckets(index, ranges=ranges)))
+        kinds: list[tuple[str, str, str, store_mod.Store, str | None, str | None, Callable[[dict[str, Any]], bool]]] = [
+            (kind, gv, plural, store, f"{names.LABEL_RUNTIME},{label}", None, in_buckets)
+            for kind, gv, plural, store in self._owned()]
+        if self.runtimes_sharded:
+            kinds.append((names.KIND, names.API_VERSION, names.PLURAL, self.runtimes, None,
+                          ranges_mod.shard_selector(index, ranges=ranges), _in_range(index, ranges)))
+        watch = _RangeWatch(informers=[], tasks=[])
+        for kind, gv, plural, store, selector, shard, scope in kinds:
+            for ns in self.namespaces or (None,):
+                informer = informer_mod.Informer(self._api, kind=kind, group_version=gv, plural=plural, namespace=ns,
+                                                 store=store, label_selector=selector, shard_selector=shard,
+                                                 scope=scope)
+                watch.informers.append(informer)
+                watch.tasks.append(asyncio.create_task(informer.run(), name=f"watch {kind} {ns or '*'} range {index}"))
+        self._ranges[index] = watch
+        self.informers.extend(watch.informers)
+
+    async def stop_range(self, index: int) -> None:
+        """Stop watching range `index` and forget its objects (quietly: listed again if the range
+        comes back)."""
+        watch = self._ranges.pop(index, None)
+        if watch is None:
+            return
+        # Cancelled and emptied before any await: a start_range of the same index meanwhile
+        # (the range came back) must not see its fresh list dropped after it.
+        for task in watch.tasks:
+            task.cancel()
+        for informer in watch.informers:
+            self.informers.remove(informer)
+            if informer.scope is not None:
+                informer.store.drop(informer.scope)
+                metrics.CACHE_OBJECTS.labels(kind=informer.kind).set(len(informer.store))
+        await informer_mod.stop(watch.tasks)
+
+    def watched_ranges(self) -> set[int]:
+        return set(self._ranges)
+
+    def range_synced(self, index: int) -> bool:
+        """Whether every view of range `index` is filled: its own informers and the unlabelled
+        objects' (a runtime is acted on only then: an object not yet listed is not absent)."""
+        watch = self._ranges.get(index)
+        if watch is None:
+            return False
+        fixed = [i for i in self.informers if i.scope is unlabelled]
+        return all(i.synced.is_set() and i.forbidden is None for i in [*watch.informers, *fixed])
+
     async def wait_synced(self, timeout: float) -> bool:
         return await informer_mod.wait_synced(self.informers, timeout)
 
     async def stop(self) -> None:
         await informer_mod.stop(self._tasks)
+        for index in list(self._ranges):
+            await self.stop_range(index)
 
     def apply(self, obj: dict[str, Any] | None, kind: str = "") -> None:
         """Apply what a write returned to the views (read-your-writes)."""

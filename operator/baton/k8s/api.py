@@ -217,7 +217,7 @@ class Api:
 
     async def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
                    limit: int = 500, each: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-                   metadata_only: bool = False) -> tuple[list[dict[str, Any]], str]:
+                   metadata_only: bool = False, shard_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
         """Every item (paged), and the list's resourceVersion to watch from. `each` maps every
         item as its page arrives, so only what it returns is held while later pages load.
         `metadata_only`: each item is a PartialObjectMetadata (kind, apiVersion, metadata)."""
@@ -227,6 +227,8 @@ class Api:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
+        if shard_selector:
+            query["shardSelector"] = shard_selector
         while True:
             page = await self.request("GET", path, query=query, timeout=60,
                                       accept=ACCEPT_METADATA_LIST if metadata_only else "application/json")
@@ -241,7 +243,7 @@ class Api:
 
     async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
                     field_selector: str | None = None, timeout_seconds: int = 300,
-                    metadata_only: bool = False) -> AsyncIterator[dict[str, Any]]:
+                    metadata_only: bool = False, shard_selector: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """Watch events ({type, object}) from `resource_version`, with bookmarks; ends when the
         server closes the stream (timeout_seconds) or the client gives up on silence.
         `metadata_only`: each event's object is a PartialObjectMetadata."""
@@ -251,6 +253,8 @@ class Api:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
+        if shard_selector:
+            query["shardSelector"] = shard_selector
         url = self.host + path + "?" + urlencode(query)
         # Bookmarks arrive about once a minute: silence much longer than that is a dead stream.
         timeout = aiohttp.ClientTimeout(total=timeout_seconds + 30, sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=90)

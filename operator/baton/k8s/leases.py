@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from baton.k8s import api, client
 from baton.lifecycle import manifests
-from baton.model import names
+from baton.model import names, shardhash
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
@@ -79,7 +79,7 @@ async def acquire_lease(
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "labels": {names.LABEL_RUNTIME: runtime},
+                "labels": {names.LABEL_RUNTIME: runtime, names.LABEL_HASH_BUCKET: shardhash.hash_bucket(runtime_uid)},
                 "ownerReferences": [
                     manifests.owner_reference(name=runtime, uid=runtime_uid, block_owner_deletion=False)],
             },
@@ -95,7 +95,11 @@ async def acquire_lease(
             raise
     if int((observed.get("spec") or {}).get("leaseTransitions") or 0) >= token:
         raise LeaseLost("token already used")
-    return await _replace_lease(namespace, name, {**observed, "spec": spec})
+    # A Lease an older version made has no hash-bucket label: it gets it with this take
+    # (sharded replicas watch unlabelled Leases apart until then; baton.cache.views).
+    meta = observed.get("metadata") or {}
+    labels = {**(meta.get("labels") or {}), names.LABEL_HASH_BUCKET: shardhash.hash_bucket(runtime_uid)}
+    return await _replace_lease(namespace, name, {**observed, "metadata": {**meta, "labels": labels}, "spec": spec})
 
 
 async def _outside_view(*, namespace: str, name: str, runtime: str) -> None:

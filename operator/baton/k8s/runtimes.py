@@ -92,3 +92,21 @@ async def runtimes_served(namespaces: tuple[str, ...]) -> bool:
             return False
         raise
     return True
+
+
+# Not a selector: an API server that reads shardSelector refuses it ("invalid shard selector",
+# a 500 from 1.36.3's custom-resource handler); one that does not (the ShardedListAndWatch gate
+# off, or older than 1.36) answers the list as if it were absent.
+_NOT_A_SHARD_SELECTOR = "baton-probe("
+
+
+async def shard_selector_honoured(namespace: str | None) -> bool:
+    """Whether the API server filters ToolRuntime lists and watches by shardSelector (KEP-5866).
+    One list of at most one object; any other failure says no (the caller falls back to
+    watching every ToolRuntime, which is correct either way)."""
+    try:
+        await client.work().request("GET", _path(namespace),
+                                    query={"limit": 1, "shardSelector": _NOT_A_SHARD_SELECTOR}, timeout=10)
+    except api.ApiError as exc:
+        return exc.status in (400, 500) and "invalid shard selector" in exc.message
+    return False

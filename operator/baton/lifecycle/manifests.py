@@ -8,7 +8,7 @@ import hashlib
 import json
 from typing import Any
 
-from baton.model import names, observed as obs, spec as spec_model
+from baton.model import names, observed as obs, shardhash, spec as spec_model
 
 
 def template_hash(template: dict[str, Any], config_digest: str = "") -> str:
@@ -44,7 +44,8 @@ def build_pod(
     meta = template.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     labels.update(
-        {names.LABEL_RUNTIME: runtime, names.LABEL_GENERATION: str(generation), names.LABEL_SERVING: "false"}
+        {names.LABEL_RUNTIME: runtime, names.LABEL_GENERATION: str(generation), names.LABEL_SERVING: "false",
+         names.LABEL_HASH_BUCKET: shardhash.hash_bucket(runtime_uid)}
     )
     annotations = dict(meta.get("annotations") or {})
     annotations.update(
@@ -98,7 +99,7 @@ def build_service(
         "metadata": {
             "name": runtime,
             "namespace": namespace,
-            "labels": {names.LABEL_RUNTIME: runtime},
+            "labels": {names.LABEL_RUNTIME: runtime, names.LABEL_HASH_BUCKET: shardhash.hash_bucket(runtime_uid)},
             "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
         },
         "spec": spec,
@@ -148,7 +149,8 @@ def build_gateway_slice(
             "name": names.gateway_slice_name(runtime),
             "namespace": namespace,
             "labels": {names.LABEL_RUNTIME: runtime, names.LABEL_SERVICE_NAME: runtime,
-                       names.LABEL_SLICE_MANAGED_BY: names.SLICE_MANAGER},
+                       names.LABEL_SLICE_MANAGED_BY: names.SLICE_MANAGER,
+                       names.LABEL_HASH_BUCKET: shardhash.hash_bucket(runtime_uid)},
             "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
         },
         "addressType": family,

@@ -25,6 +25,9 @@ FINALIZER = "baton.dev/retire"
 LABEL_RUNTIME = "baton.dev/runtime"
 LABEL_GENERATION = "baton.dev/generation"
 LABEL_SERVING = "baton.dev/serving"
+# On the same objects: the runtime's hash bucket (shardhash.hash_bucket), so a sharded replica lists and
+# watches only its ranges' objects (baton.sharding; each range is a whole set of buckets).
+LABEL_HASH_BUCKET = "baton.dev/hash-bucket"
 
 # Annotations on a generation's pod.
 ANN_GENERATION = "baton.dev/generation"

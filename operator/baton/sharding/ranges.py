@@ -12,11 +12,44 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable, Sequence
 
-from baton.model import shardhash
+from baton.model import names, shardhash
 
 # The hash is in baton.model, where the kubectl plugin reads it too (`kubectl baton list --owner`).
 fnv1a64 = shardhash.fnv1a64
 range_of = shardhash.range_of
+# BATON_SHARD_RANGES must divide the label buckets evenly (a power of two up to this).
+MAX_RANGES = shardhash.HASH_BUCKETS
+
+
+def valid_count(ranges: int) -> bool:
+    """0 (off) or a power of two up to MAX_RANGES: every range is then a whole set of buckets."""
+    return ranges == 0 or (0 < ranges <= MAX_RANGES and ranges & (ranges - 1) == 0)
+
+
+def buckets(index: int, *, ranges: int) -> tuple[str, ...]:
+    """The values of names.LABEL_HASH_BUCKET whose runtimes fall in range `index` of `ranges`."""
+    width = shardhash.HASH_BUCKETS // ranges
+    return tuple(f"{b:02x}" for b in range(index * width, (index + 1) * width))
+
+
+def range_of_bucket(bucket: str, *, ranges: int) -> int | None:
+    """The range a LABEL_HASH_BUCKET value falls in; None for a value Baton never writes."""
+    if len(bucket) != 2 or any(c not in "0123456789abcdef" for c in bucket):
+        return None
+    return int(bucket, 16) * ranges // shardhash.HASH_BUCKETS
+
+
+def bucket_selector(index: int, *, ranges: int) -> str:
+    """The label selector of range `index`'s objects (those Baton labelled)."""
+    return f"{names.LABEL_HASH_BUCKET} in ({','.join(buckets(index, ranges=ranges))})"
+
+
+def shard_selector(index: int, *, ranges: int) -> str:
+    """The API server's shardSelector of range `index` (KEP-5866, gate ShardedListAndWatch):
+    16 lowercase hex digits, the last range's end is 2^64 (17 digits)."""
+    start = (index << 64) // ranges
+    end = ((index + 1) << 64) // ranges
+    return f"shardRange(object.metadata.uid, '0x{start:016x}', '0x{end:016x}')"
 
 
 def share(*, member: str, members: Iterable[str], ranges: int) -> int:

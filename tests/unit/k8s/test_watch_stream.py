@@ -91,12 +91,14 @@ def test_an_unreadable_line_makes_the_informer_list_again_instead_of_resuming_fr
 
     class FakeApi:  # our own adapter boundary: what k8s.api.Api answers
         async def list(self, path: str, *, label_selector: str | None = None, limit: int = 500,
-                       each: object = None, metadata_only: bool = False) -> tuple[list[dict[str, object]], str]:
+                       each: object = None, metadata_only: bool = False,
+                       shard_selector: str | None = None) -> tuple[list[dict[str, object]], str]:
             calls.append("list")
             return [], "7"
 
         async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-                        timeout_seconds: int = 300, metadata_only: bool = False) -> AsyncIterator[dict[str, object]]:
+                        timeout_seconds: int = 300, metadata_only: bool = False,
+                        shard_selector: str | None = None) -> AsyncIterator[dict[str, object]]:
             calls.append(f"watch@{resource_version}")
             if sum(c.startswith("watch") for c in calls) <= 2:
                 raise k8s_api.WatchStreamError("a watch line over 16777216 bytes")
@@ -132,7 +134,8 @@ class ScriptedApi:
         self.held: list[int] = []  # how many items were held (mapped) when each page arrived
 
     async def list(self, path: str, *, label_selector: str | None = None, limit: int = 500,
-                   each: object = None, metadata_only: bool = False) -> tuple[list[dict[str, object]], str]:
+                   each: object = None, metadata_only: bool = False,
+                   shard_selector: str | None = None) -> tuple[list[dict[str, object]], str]:
         self.calls.append(f"list(limit={limit})")
         items: list[dict[str, object]] = []
         for page in self.pages:
@@ -141,7 +144,8 @@ class ScriptedApi:
         return items, "7"
 
     async def watch(self, path: str, *, resource_version: str, label_selector: str | None = None,
-                    timeout_seconds: int = 300, metadata_only: bool = False) -> AsyncIterator[dict[str, object]]:
+                    timeout_seconds: int = 300, metadata_only: bool = False,
+                    shard_selector: str | None = None) -> AsyncIterator[dict[str, object]]:
         self.calls.append(f"watch@{resource_version}")
         if self.watch_errors:
             raise self.watch_errors.pop(0)

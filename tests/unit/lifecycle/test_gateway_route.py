@@ -12,7 +12,7 @@ from baton.lifecycle import dispatch
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import steady
-from baton.model import names
+from baton.model import names, shardhash
 from baton.model import observed as obs
 from baton.model import spec as sp
 from .. import builders as b
@@ -144,7 +144,8 @@ def test_the_slice_is_labelled_for_the_service_and_owned_by_the_runtime() -> Non
     m = mf.build_gateway_slice(namespace=b.NS, runtime=b.RT, runtime_uid=b.RT_UID, service=service, endpoints=(gw(1),))
     assert m["metadata"]["name"] == SLICE and m["metadata"]["namespace"] == b.NS
     assert m["metadata"]["labels"] == {names.LABEL_RUNTIME: b.RT, "kubernetes.io/service-name": b.RT,
-                                       "endpointslice.kubernetes.io/managed-by": names.SLICE_MANAGER}
+                                       "endpointslice.kubernetes.io/managed-by": names.SLICE_MANAGER,
+                                       names.LABEL_HASH_BUCKET: shardhash.hash_bucket(b.RT_UID)}
     [owner] = m["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("ToolRuntime", b.RT_UID, True)
     # Each Service port by its name, at the gateway's calls port.

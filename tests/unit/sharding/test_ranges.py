@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from baton.model import shardhash
 from baton.sharding import ranges
 
 RL = ranges.RangeLease
@@ -92,3 +93,37 @@ def test_sightings_measure_unchanged_time_by_the_local_clock() -> None:
     assert s.observe(name="x", version="2", now=113.0) == 0.0  # a renewal restarts the count
     s.forget_except(["y"])
     assert s.observe(name="x", version="2", now=200.0) == 0.0  # forgotten: seen anew
+
+
+@pytest.mark.parametrize("count", [1, 2, 4, 8, 16, 64, 256])
+def test_a_runtimes_bucket_label_falls_in_its_range(count: int) -> None:
+    """The label a replica selects on (shardhash.hash_bucket of the runtime's UID) names exactly the
+    range the runtime's UID hashes to: a range is a whole set of buckets, the sets partition."""
+    everything: list[str] = []
+    for index in range(count):
+        everything += ranges.buckets(index, ranges=count)
+    assert everything == [f"{b:02x}" for b in range(256)]
+    for i in range(3000):
+        uid = str(uuid.UUID(int=i * 104729 + 7))
+        bucket = shardhash.hash_bucket(uid)
+        index = ranges.range_of(uid, ranges=count)
+        assert bucket in ranges.buckets(index, ranges=count)
+        assert ranges.range_of_bucket(bucket, ranges=count) == index
+    assert ranges.range_of_bucket("zz", ranges=count) is None
+
+
+def test_the_label_selector_and_the_shard_selector_of_a_range() -> None:
+    assert ranges.bucket_selector(1, ranges=64) == "baton.dev/hash-bucket in (04,05,06,07)"
+    assert ranges.shard_selector(0, ranges=2) == \
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+    # The last range ends at 2^64, written with 17 digits as the API server wants it.
+    assert ranges.shard_selector(1, ranges=2) == \
+        "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')"
+    assert ranges.shard_selector(3, ranges=16) == \
+        "shardRange(object.metadata.uid, '0x3000000000000000', '0x4000000000000000')"
+
+
+@pytest.mark.parametrize("count,ok", [(0, True), (1, True), (2, True), (128, True), (256, True),
+                                      (3, False), (12, False), (512, False), (-4, False)])
+def test_valid_counts(count: int, ok: bool) -> None:
+    assert ranges.valid_count(count) is ok
