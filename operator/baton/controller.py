@@ -393,7 +393,16 @@ class Controller:
         await self.views.stop()
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
-        """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere."""
+        """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere.
+        Sharded, each replica reports the runtimes of its own ranges instead: it runs passes (so
+        knows the status) of those only, and the ranges do not overlap."""
+        if self.ranges is not None:
+            for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):
+                rt = self.views.runtimes.get(ns, name)
+                if rt is not None and self._mine_runtime(rt):
+                    started = s.transition.started_at.timestamp() if s.transition else None
+                    yield ns, name, {c.type: c.status for c in s.conditions}, started, budget_sum if started is not None else None
+            return
         if not self.exporter.active():
             return
         for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):

@@ -89,6 +89,23 @@ def test_a_joining_replica_takes_its_share_and_each_acts_only_on_its_own_runtime
     for p in (a, b):
         assert p.metric("baton_cache_objects", kind="Pod") == list(owners.values()).count(p.identity)
         assert (p.metric("baton_watch_events_total", kind="Pod") or 0) > 0
+    # The per-runtime series: each replica reports its own ranges' runtimes, so over both
+    # scrapes every runtime is there exactly once (the metrics Lease's holder alone would report
+    # only its own: it runs no pass for the others).
+    want = {i: {n for n, o in owners.items() if o == i} for i in ("op-a", "op-b")}
+    reported = wait_for(lambda: (lambda r: r if r == want else None)({p.identity: _ready_series(p, namespace) for p in (a, b)}),
+                        timeout=20, what=f"per-runtime series from each runtime's owner only: {want}")
+    print("per-runtime Ready series by replica:", {i: sorted(r) for i, r in reported.items()})
+
+
+def _ready_series(op: OperatorProcess, namespace: str) -> set[str]:
+    """Runtimes whose baton_runtime_condition{condition="Ready",status="true"} this replica exports."""
+    out = set()
+    for line in op.metrics().splitlines():
+        if line.startswith("baton_runtime_condition{") and f'namespace="{namespace}"' in line \
+                and 'condition="Ready"' in line and 'status="true"' in line:
+            out.add(line.split('runtime="', 1)[1].split('"', 1)[0])
+    return out
 
 
 def test_a_killed_replicas_ranges_are_taken_over_and_its_runtimes_hand_off(
