@@ -105,14 +105,15 @@ def metric_sum(text: str, name: str) -> float:
 
 
 def per_replica(procs: list[Proc], ports: list[int]) -> None:
-    """Each replica's own cost, in one table: what sharding divides (or, for the watches, does
-    not yet: every replica still lists and watches every object in scope)."""
-    print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'watch events':>13} {'cached objs':>12} "
+    """Each replica's own cost, in one table: what sharding divides (sharded, each replica lists
+    and watches only its ranges' objects)."""
+    print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'watch events':>13} {'watch MiB':>10} {'cached objs':>12} "
           f"{'ranges':>7} {'transitions':>12}")
     for i, (p, port) in enumerate(zip(procs, ports)):
         text = scrape(port)
         print(f"{f'scale-{i}':14} {p.cpu():8.1f} {p.peak_rss_mib():13.1f} "
-              f"{metric_sum(text, 'baton_watch_events_total'):13.0f} {metric_sum(text, 'baton_cache_objects'):12.0f} "
+              f"{metric_sum(text, 'baton_watch_events_total'):13.0f} {metric_sum(text, 'baton_watch_bytes_total') / 2**20:10.2f} "
+              f"{metric_sum(text, 'baton_cache_objects'):12.0f} "
               f"{metric_sum(text, 'baton_shard_ranges_held'):7.0f} {metric_sum(text, 'baton_transitions_total'):12.0f}")
 
 

@@ -265,6 +265,14 @@ WATCH_EVENTS = prometheus_client.Counter(
 )
 
 
+WATCH_BYTES = prometheus_client.Counter(
+    "baton_watch_bytes_total",
+    "Bytes of watch streams received (event lines, bookmarks included), by resource: this replica's "
+    "share of the watch traffic in bytes.",
+    ["resource"], registry=REGISTRY,
+)
+
+
 def init_watch_errors(kind: str) -> None:
     """Every reason of one watched kind has a series from the start (0 until its first error),
     and so has its count of watch events."""

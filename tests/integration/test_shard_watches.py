@@ -113,7 +113,11 @@ def test_each_replica_caches_only_its_ranges_objects_and_the_survivor_all(
     for p in (a, b):
         assert "listed and watched per range (shardSelector)" in p.log_text()
     events = {p.identity: int(p.metric("baton_watch_events_total", kind="Pod")) for p in (a, b)}
-    print("pod watch events per replica:", events)
+    received = {p.identity: int(p.metric("baton_watch_bytes_total", resource="pods") or 0) for p in (a, b)}
+    print("pod watch events per replica:", events, "bytes:", received)
+    # Bytes follow events: a replica that got pod events got their lines (bookmarks aside).
+    for i, n in events.items():
+        assert n == 0 or received[i] > 200 * n, (i, n, received[i])
     # op-b leaves: op-a's views grow to everything, and every runtime still converges.
     b.signal(signal.SIGTERM)
     b.wait_exit(30)

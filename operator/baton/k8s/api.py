@@ -264,7 +264,9 @@ class Api:
                                         code=str(resp.status)).inc()
             if resp.status >= 300:
                 raise _error(resp.status, resp.reason or "", await resp.read())
+            received = metrics.WATCH_BYTES.labels(resource=_resource_of(path))
             async for line in split_lines(resp.content.iter_any()):
+                received.inc(len(line) + 1)
                 event = decode_watch_line(line)
                 if event is not None:
                     yield event
