@@ -206,7 +206,7 @@ def test_registration_lease_admin_api_and_seal(operators: Callable[..., Operator
     t = threading.Thread(target=lambda: slow.append(call(gw.port, f"tool.{namespace}", body=rpc("slow", seconds=3))))
     t.start()
     wait_for(lambda: gw.admin("GET", f"/v1/inflight?uid={uid}")[1]["inflight"] == 1, timeout=10, what="one call in flight")
-    assert gw.admin("POST", "/v1/seal", {"namespace": namespace, "runtime": "tool", "uid": uid}) == (200, {"sealed": True, "inflight": 1})
+    assert gw.admin("POST", "/v1/seal", {"namespace": namespace, "runtime": "tool", "uid": uid}) == (200, {"sealed": True, "inflight": 1, "held": 0})
     before = tool.count()
     # Sealed: no new call reaches the pod; with no transition coming it is held for admissionSeconds, then Transitioning.
     r = call(gw.port, f"tool.{namespace}", body=rpc(rid=11))
