@@ -154,8 +154,17 @@ class Ordering:
         return f"{key}={value} ({intent})"
 
     def _stale_value(self, rt: str) -> int:
-        retired = [int(h["generation"]) for h in self._status(rt).get("history") or []]
-        return self.rng.choice([0, *retired])
+        """0 or a retired generation, but never the one a Reset under way carries out: a reset
+        naming it then is the same request written twice, consumed without a word (verbs.py,
+        pending_reset), not a stale one (seed 9314 drew it: reset=1 while Reset g1->g2 ran).
+        Kept in the draw so the RNG's sequence, and every seed's ordering, stays as it was."""
+        st = self._status(rt)
+        retired = [int(h["generation"]) for h in st.get("history") or []]
+        value = self.rng.choice([0, *retired])
+        t = st.get("transition") or {}
+        if t.get("trigger") == "Reset" and t.get("from") == value:
+            return 0
+        return value
 
     def _template(self, rt: str) -> str:
         self.images += 1
