@@ -16,6 +16,7 @@ from baton.k8s import client as baton_client
 from baton.model import names, shardhash
 from baton.sharding import ranges as ranges_mod
 from dev.wait import wait_for
+from harness import shards
 from harness.operator import OperatorProcess
 from harness.runtimes import Runtimes, runtime_manifest
 from harness.watchlog import PodWatch
@@ -31,23 +32,10 @@ def _start(operators: Start, namespace: str, identity: str, ranges: int = RANGES
     return operators(identity, env={"BATON_SHARD_RANGES": str(ranges), "BATON_SYSTEM_NAMESPACE": namespace})
 
 
-def _holders(cluster: Any, namespace: str) -> dict[int, str | None]:
-    coord = client.CoordinationV1Api(cluster.api_client)
-    prefix = f"baton-range.{RANGES}."
-    return {int(lz.metadata.name[len(prefix):]): lz.spec.holder_identity
-            for lz in coord.list_namespaced_lease(namespace, label_selector="baton.dev/component=shard-range").items}
 
 
-def _split(cluster: Any, namespace: str, *identities: str) -> dict[int, str | None] | None:
-    holders = _holders(cluster, namespace)
-    if len(holders) != RANGES or set(holders.values()) != set(identities):
-        return None
-    counts = [list(holders.values()).count(i) for i in identities]
-    return holders if max(counts) - min(counts) <= 1 else None
 
 
-def _owner(rts: Runtimes, holders: dict[int, str | None], name: str) -> str | None:
-    return holders[ranges_mod.range_of(rts.get(name)["metadata"]["uid"], ranges=RANGES)]
 
 
 def _cached(op: OperatorProcess) -> dict[str, int]:
@@ -93,13 +81,13 @@ def test_each_replica_caches_only_its_ranges_objects_and_the_survivor_all(
         operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     a = _start(operators, namespace, "op-a")
     b = _start(operators, namespace, "op-b")
-    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    holders = wait_for(lambda: shards.split(cluster, namespace, "op-a", "op-b", ranges=RANGES), timeout=45, what="the ranges split")
     for n in NAMES:
         rts.create(runtime_manifest(n))
     for n in NAMES:
         rts.wait_ready(n, 1, timeout=120)
-    assert _holders(cluster, namespace) == holders, "the ranges moved meanwhile"
-    owners = {n: _owner(rts, holders, n) for n in NAMES}
+    assert shards.holders(cluster, namespace, ranges=RANGES) == holders, "the ranges moved meanwhile"
+    owners = {n: shards.owner(rts, holders, n, ranges=RANGES) for n in NAMES}
     mine = {p.identity: list(owners.values()).count(p.identity) for p in (a, b)}
     assert all(mine.values()), f"12 runtimes over 8 ranges: both replicas own some {mine}"
     # Each runtime has one pod and one Lease; each replica's views hold its own runtimes' only.
@@ -121,7 +109,7 @@ def test_each_replica_caches_only_its_ranges_objects_and_the_survivor_all(
     # op-b leaves: op-a's views grow to everything, and every runtime still converges.
     b.signal(signal.SIGTERM)
     b.wait_exit(30)
-    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=30, what="op-a holds every range")
+    wait_for(lambda: shards.split(cluster, namespace, "op-a", ranges=RANGES), timeout=30, what="op-a holds every range")
     everything = {"ToolRuntime": len(NAMES), "Pod": len(NAMES), "Lease": len(NAMES)}
     wait_for(lambda: _cached(a) == everything, timeout=30, what="op-a caches every runtime's objects")
     for n in NAMES:
@@ -155,7 +143,7 @@ def test_objects_made_without_the_bucket_label_stay_seen_by_their_owner_and_get_
     first = {n: rts.status(n)["current"]["uid"] for n in NAMES}
     a = _start(operators, namespace, "op-a")
     b = _start(operators, namespace, "op-b")
-    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    holders = wait_for(lambda: shards.split(cluster, namespace, "op-a", "op-b", ranges=RANGES), timeout=45, what="the ranges split")
 
     def labelled() -> bool:
         for n in NAMES:
@@ -173,7 +161,7 @@ def test_objects_made_without_the_bucket_label_stay_seen_by_their_owner_and_get_
     assert {n: rts.status(n)["current"]["uid"] for n in NAMES} == first
     assert {n: core.read_namespaced_pod(n, namespace).metadata.uid for n in NAMES} == first
     # The owners' caches now hold them (moved from the unlabelled view to the range's).
-    owners = {n: _owner(rts, holders, n) for n in NAMES}
+    owners = {n: shards.owner(rts, holders, n, ranges=RANGES) for n in NAMES}
     mine = {p.identity: list(owners.values()).count(p.identity) for p in (a, b)}
     wait_for(lambda: {p.identity: int(p.metric("baton_cache_objects", kind="Pod")) for p in (a, b)} == mine,
              timeout=30, what=f"each replica caches its own runtimes' pods only: {mine}")

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from kubernetes import client
 
-from baton.sharding import ranges as ranges_mod
 from dev.wait import wait_for
+from harness import shards
 from harness.operator import OperatorProcess
 from harness.runtimes import Runtimes, runtime_manifest
 
@@ -28,37 +28,19 @@ def _start(operators: Start, namespace: str, identity: str) -> OperatorProcess:
     return operators(identity, env={"BATON_SHARD_RANGES": str(RANGES), "BATON_SYSTEM_NAMESPACE": namespace})
 
 
-def _holders(cluster: Any, namespace: str) -> dict[int, str | None]:
-    """Range index -> holder, as the range Leases say."""
-    coord = client.CoordinationV1Api(cluster.api_client)
-    out: dict[int, str | None] = {}
-    for lease in coord.list_namespaced_lease(namespace, label_selector="baton.dev/component=shard-range").items:
-        prefix = f"baton-range.{RANGES}."
-        assert lease.metadata.name.startswith(prefix), lease.metadata.name
-        out[int(lease.metadata.name[len(prefix):])] = lease.spec.holder_identity
-    return out
 
 
-def _split(cluster: Any, namespace: str, *identities: str) -> dict[int, str | None] | None:
-    """The holders once every range is held and the shares are even among `identities`."""
-    holders = _holders(cluster, namespace)
-    if len(holders) != RANGES or set(holders.values()) != set(identities):
-        return None
-    counts = [list(holders.values()).count(i) for i in identities]
-    return holders if max(counts) - min(counts) <= 1 else None
 
 
-def _owner(rts: Runtimes, holders: dict[int, str | None], name: str) -> str | None:
-    return holders[ranges_mod.range_of(rts.get(name)["metadata"]["uid"], ranges=RANGES)]
 
 
 def test_a_joining_replica_takes_its_share_and_each_acts_only_on_its_own_runtimes(
         operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     a = _start(operators, namespace, "op-a")
-    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=30, what="op-a alone holds every range")
+    wait_for(lambda: shards.split(cluster, namespace, "op-a", ranges=RANGES), timeout=30, what="op-a alone holds every range")
     assert a.metric("baton_shard_ranges_held") == RANGES
     b = _start(operators, namespace, "op-b")
-    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45,
+    holders = wait_for(lambda: shards.split(cluster, namespace, "op-a", "op-b", ranges=RANGES), timeout=45,
                        what="op-a handed half the ranges to op-b")
     print("ranges after op-b joined:", dict(sorted(holders.items())))
     wait_for(lambda: a.metric("baton_shard_ranges_held") == b.metric("baton_shard_ranges_held") == RANGES // 2,
@@ -74,9 +56,9 @@ def test_a_joining_replica_takes_its_share_and_each_acts_only_on_its_own_runtime
         rts.wait_ready(n, 2, timeout=120)
     # The ranges did not move meanwhile (nobody came or went): the holder written into each
     # runtime's status with its fencing token is the replica whose range the runtime falls in.
-    assert _holders(cluster, namespace) == holders
+    assert shards.holders(cluster, namespace, ranges=RANGES) == holders
     acted = {n: rts.status(n)["holder"] for n in NAMES}
-    owners = {n: _owner(rts, holders, n) for n in NAMES}
+    owners = {n: shards.owner(rts, holders, n, ranges=RANGES) for n in NAMES}
     print("acted:", acted)
     assert acted == owners
     assert set(acted.values()) == {"op-a", "op-b"}, "12 runtimes over 8 ranges: both replicas own some"
@@ -112,19 +94,19 @@ def test_a_killed_replicas_ranges_are_taken_over_and_its_runtimes_hand_off(
         operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     a = _start(operators, namespace, "op-a")
     b = _start(operators, namespace, "op-b")
-    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    holders = wait_for(lambda: shards.split(cluster, namespace, "op-a", "op-b", ranges=RANGES), timeout=45, what="the ranges split")
     for n in NAMES:
         rts.create(runtime_manifest(n))
     for n in NAMES:
         rts.wait_ready(n, 1, timeout=120)
-    orphans = [n for n in NAMES if _owner(rts, holders, n) == "op-b"]
+    orphans = [n for n in NAMES if shards.owner(rts, holders, n, ranges=RANGES) == "op-b"]
     assert orphans, "op-b owns none of the 12 runtimes"
     b.signal(signal.SIGKILL)
     b.wait_exit(10)
     t0 = time.monotonic()
     for n in orphans:
         rts.set_image(n, "example/tool:2")
-    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=4 * LEASE_SECONDS + 15,
+    wait_for(lambda: shards.split(cluster, namespace, "op-a", ranges=RANGES), timeout=4 * LEASE_SECONDS + 15,
              interval=0.1, what="op-a holds every range")
     took = time.monotonic() - t0
     for n in orphans:
@@ -140,19 +122,19 @@ def test_sigterm_hands_the_ranges_back_and_the_other_takes_them(
         operators: Start, rts: Runtimes, cluster: Any, namespace: str) -> None:
     _start(operators, namespace, "op-a")
     b = _start(operators, namespace, "op-b")
-    wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    wait_for(lambda: shards.split(cluster, namespace, "op-a", "op-b", ranges=RANGES), timeout=45, what="the ranges split")
     coord = client.CoordinationV1Api(cluster.api_client)
     b.signal(signal.SIGTERM)
     b.wait_exit(30)
     # Released on the way out (holder cleared), and op-b's membership Lease deleted.
-    released = _holders(cluster, namespace)
+    released = shards.holders(cluster, namespace, ranges=RANGES)
     assert "op-b" not in released.values(), released
     members = [lz.spec.holder_identity for lz in coord.list_namespaced_lease(
         namespace, label_selector="baton.dev/component=shard-member").items]
     assert members == ["op-a"], members
     # op-a's share is now all of them: released ranges are free at once (no expiry to wait for).
     t0 = time.monotonic()
-    wait_for(lambda: _split(cluster, namespace, "op-a"), timeout=LEASE_SECONDS + 10, what="op-a holds every range")
+    wait_for(lambda: shards.split(cluster, namespace, "op-a", ranges=RANGES), timeout=LEASE_SECONDS + 10, what="op-a holds every range")
     print(f"after op-b's SIGTERM: every range held by op-a in {time.monotonic() - t0:.2f}s")
     rts.create(runtime_manifest("after"))
     rts.wait_ready("after", 1, timeout=60)
@@ -172,20 +154,20 @@ def test_kubectl_baton_list_owner_names_the_replica_whose_range_each_runtime_fal
     one that acted on the runtime (status.holder)."""
     _start(operators, namespace, "op-a")
     _start(operators, namespace, "op-b")
-    holders = wait_for(lambda: _split(cluster, namespace, "op-a", "op-b"), timeout=45, what="the ranges split")
+    holders = wait_for(lambda: shards.split(cluster, namespace, "op-a", "op-b", ranges=RANGES), timeout=45, what="the ranges split")
     names = NAMES
     for n in names:
         rts.create(runtime_manifest(n))
     for n in names:
         rts.wait_ready(n, 1, timeout=120)
-    assert _holders(cluster, namespace) == holders, "the ranges moved meanwhile: nobody came or went"
+    assert shards.holders(cluster, namespace, ranges=RANGES) == holders, "the ranges moved meanwhile: nobody came or went"
     res = _plugin(cluster, "list", "-n", namespace, "--owner", "--operator-namespace", namespace)
     print(res.stdout)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert lines[0].split()[0] == "NAME" and lines[0].split()[-1] == "OWNER", lines[0]
     shown = {line.split()[0]: line.split()[-1] for line in lines[1:]}
-    owners = {n: _owner(rts, holders, n) for n in names}
+    owners = {n: shards.owner(rts, holders, n, ranges=RANGES) for n in names}
     acted = {n: rts.status(n)["holder"] for n in names}
     assert shown == owners == acted, (shown, owners, acted)
     assert set(shown.values()) == {"op-a", "op-b"}, "12 runtimes over 8 ranges held by two: both own some"
