@@ -28,6 +28,46 @@ def fields_without_description(node: dict[str, Any], path: str = "") -> list[str
     return missing
 
 
+# The keywords of a structural schema node (apiextensions.k8s.io/v1 JSONSchemaProps) that these
+# CRDs may use; anything else is a YAML slip the API server's strict decoding refuses at apply.
+SCHEMA_KEYWORDS = frozenset({
+    "type", "format", "description", "properties", "items", "additionalProperties", "required",
+    "default", "enum", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "multipleOf", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "minProperties",
+    "maxProperties", "nullable", "anyOf", "oneOf", "allOf", "not", "title", "example",
+    "x-kubernetes-preserve-unknown-fields", "x-kubernetes-int-or-string", "x-kubernetes-embedded-resource",
+    "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type", "x-kubernetes-validations",
+})
+
+
+def unknown_keywords(node: Any, path: str = "") -> list[str]:
+    """Keys of schema nodes that are no schema keyword, at any depth (e.g. the tail of an
+    unquoted description with a comma inside a YAML flow mapping, which YAML reads as a key)."""
+    if not isinstance(node, dict):
+        return []
+    out = [f"{path or '<root>'}: {k!r}" for k in node if k not in SCHEMA_KEYWORDS]
+    for name, sub in (node.get("properties") or {}).items():
+        out += unknown_keywords(sub, f"{path}.{name}" if path else name)
+    for key in ("items", "additionalProperties", "not"):
+        out += unknown_keywords(node.get(key), f"{path}.{key}")
+    for key in ("anyOf", "oneOf", "allOf"):
+        for i, sub in enumerate(node.get(key) or []):
+            out += unknown_keywords(sub, f"{path}.{key}[{i}]")
+    return out
+
+
+@pytest.mark.parametrize("crd", ["baton.dev_toolruntimes.yaml", "baton.dev_toolruntimeclaims.yaml"])
+def test_every_schema_key_is_a_schema_keyword(crd: str) -> None:
+    doc = yaml.safe_load((REPO / "crds" / crd).read_text())
+    for version in doc["spec"]["versions"]:
+        assert unknown_keywords(version["schema"]["openAPIV3Schema"]) == []
+
+
+def test_the_keyword_check_finds_a_description_split_by_a_comma() -> None:
+    slip = yaml.safe_load("properties:\n  n: {type: integer, description: Of those, how many did not answer.}\n")
+    assert unknown_keywords(slip) == ["n: 'how many did not answer.'"]
+
+
 def test_every_field_is_described() -> None:
     # metadata: the API server refuses a CRD that says anything about it but its type
     # ("must not specify anything other than name and generateName"); explain shows ObjectMeta.
