@@ -12,6 +12,9 @@ leaves it to expire (a gap of at most the Lease's duration plus a period).
 
 If the Lease cannot be used at all (RBAC refuses it: a chart older than this code, a hand-made
 Role), every replica reports every runtime, as before, and says so once in the log.
+
+Sharded (BATON_SHARD_RANGES), the Lease does not choose: each replica runs passes only for its own
+ranges' runtimes, so each reports those (Controller.runtime_gauges).
 """
 
 from __future__ import annotations
