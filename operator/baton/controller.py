@@ -171,7 +171,7 @@ class Controller:
         rt = self.views.runtimes.get(*key)
         if rt is None:
             return shard_keeper.Standing.MINE
-        uid = str((rt.get("metadata") or {}).get("uid") or "")
+        uid = _uid(rt)
         standing = self.ranges.standing(uid)
         if standing == shard_keeper.Standing.MINE and not self.views.range_synced(self.ranges.range_of(uid)):
             return shard_keeper.Standing.LAPSED
@@ -184,14 +184,14 @@ class Controller:
     def _mine_runtime(self, rt: dict[str, Any]) -> bool:
         if self.ranges is None:
             return True
-        uid = str((rt.get("metadata") or {}).get("uid") or "")
+        uid = _uid(rt)
         return self.ranges.owns(uid) and self.views.range_synced(self.ranges.range_of(uid))
 
     def _in_range(self, index: int) -> list[Key]:
         assert self.ranges is not None
         ranges = self.ranges
         return [store.key_of(rt) for rt in list(self.views.runtimes.items())
-                if ranges.range_of(str((rt.get("metadata") or {}).get("uid") or "")) == index]
+                if ranges.range_of(_uid(rt)) == index]
 
     def _range_gained(self, index: int) -> None:
         # Its objects listed and watched from now on (kept if still watched since it was lost);
@@ -207,7 +207,7 @@ class Controller:
         for key in list(self.executor.leases.held):
             rt = self.views.runtimes.get(*key)
             if rt is not None:
-                out.add(self.ranges.range_of(str((rt.get("metadata") or {}).get("uid") or "")))
+                out.add(self.ranges.range_of(_uid(rt)))
         return out
 
     async def _unwatch_forever(self) -> None:
@@ -250,7 +250,7 @@ class Controller:
         if rt is None:
             return
         ns, name = key
-        uid = str((rt.get("metadata") or {}).get("uid") or "")
+        uid = _uid(rt)
         found: list[tuple[str, dict[str, Any]]] = [("Pod", pd) for pd in self.views.pods.by_label(ns, name)]
         for kind, obj in (("Service", self.views.services.get(ns, name)),
                           ("EndpointSlice", self.views.slices.get(ns, names.gateway_slice_name(name)))):
@@ -396,19 +396,20 @@ class Controller:
         """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere.
         Sharded, each replica reports the runtimes of its own ranges instead: it runs passes (so
         knows the status) of those only, and the ranges do not overlap."""
-        if self.ranges is not None:
-            for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):
-                rt = self.views.runtimes.get(ns, name)
-                if rt is not None and self._mine_runtime(rt):
-                    started = s.transition.started_at.timestamp() if s.transition else None
-                    yield ns, name, {c.type: c.status for c in s.conditions}, started, budget_sum if started is not None else None
-            return
-        if not self.exporter.active():
+        if self.ranges is None and not self.exporter.active():
             return
         for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):
+            if self.ranges is not None:
+                rt = self.views.runtimes.get(ns, name)
+                if rt is None or not self._mine_runtime(rt):
+                    continue
             conds = {c.type: c.status for c in s.conditions}
             started = s.transition.started_at.timestamp() if s.transition else None
             yield ns, name, conds, started, budget_sum if started is not None else None
+
+
+def _uid(rt: dict[str, Any]) -> str:
+    return str((rt.get("metadata") or {}).get("uid") or "")
 
 
 def pass_result(result: reconcile.Result) -> metrics.PassResult:
