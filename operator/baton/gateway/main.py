@@ -89,9 +89,7 @@ async def run(settings: GatewaySettings) -> int:
         reg_task = asyncio.create_task(reg.run(), name="gateway registration")
         undo.callback(reg_task.cancel)
 
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", px.handle)
-        calls = listener.CallsListener(app, settings.bind, header_seconds=settings.header_timeout_seconds,
+        calls = listener.CallsListener(px.handle, settings.bind, header_seconds=settings.header_timeout_seconds,
                                        on_cut=gwmetrics.HEADER_TIMEOUTS.inc)
         try:
             await calls.start()

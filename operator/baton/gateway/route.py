@@ -57,13 +57,15 @@ HOP_BY_HOP = frozenset({
 })
 
 
-def end_to_end(headers: Iterable[tuple[str, str]], *, keep_upgrade: bool = False) -> list[tuple[str, str]]:
+def end_to_end(headers: Iterable[tuple[str, str]], *, keep_upgrade: bool = False,
+               also_drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """`headers` without the hop-by-hop fields and those Connection names. `keep_upgrade`: a
-    WebSocket handshake keeps Upgrade (and Connection: upgrade is set by the client library)."""
-    pairs = list(headers)
-    named = {t.strip().lower() for k, v in pairs if k.lower() == "connection" for t in v.split(",") if t.strip()}
-    drop = (HOP_BY_HOP | named) - ({"upgrade"} if keep_upgrade else set())
-    return [(k, v) for k, v in pairs if k.lower() not in drop and not k.lower().startswith("proxy-")]
+    WebSocket handshake keeps Upgrade (and Connection: upgrade is set by the client library).
+    `also_drop`: lower-case names the caller sets itself (one pass over the headers, on every call)."""
+    lowered = [(k.lower(), k, v) for k, v in headers]
+    named = {t.strip().lower() for lk, _, v in lowered if lk == "connection" for t in v.split(",") if t.strip()}
+    drop = (HOP_BY_HOP | named | also_drop) - ({"upgrade"} if keep_upgrade else set())
+    return [(k, v) for lk, k, v in lowered if lk not in drop and not lk.startswith("proxy-")]
 
 
 def smuggling(headers: Iterable[tuple[str, str]]) -> str | None:

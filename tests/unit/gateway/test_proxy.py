@@ -12,9 +12,10 @@ import time
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
+import pytest
 from aiohttp import web
 
-from baton.gateway import proxy, state, views
+from baton.gateway import listener, proxy, state, views
 from baton.settings import GatewaySettings
 
 NS = "ns"
@@ -53,6 +54,14 @@ async def backend(gen: int, seen: list[int], *, session: str | None = None) -> t
     async def any_call(request: web.Request) -> web.StreamResponse:
         body = await request.read()
         seen.append(gen)
+        if request.path == "/slow":  # answers after 2 s
+            await asyncio.sleep(2)
+        if request.path == "/silent":  # one event, then nothing for 3 s
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            await resp.write(b"data: 0\n\n")
+            await asyncio.sleep(3)
+            return resp
         if request.path == "/sse":
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
             await resp.prepare(request)
@@ -72,12 +81,10 @@ async def backend(gen: int, seen: list[int], *, session: str | None = None) -> t
     return runner, runner.addresses[0][1]
 
 
-async def gateway(vw: views.GatewayViews, st: state.State, **kw: Any) -> tuple[proxy.Proxy, web.AppRunner, int]:
+async def gateway(vw: views.GatewayViews, st: state.State, **kw: Any) -> tuple[proxy.Proxy, web.BaseRunner, int]:
     px = proxy.Proxy(settings=settings(**kw), views=vw, state=st, forwarding=lambda: True)
     await px.start()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", px.handle)
-    runner = web.AppRunner(app)
+    runner = web.ServerRunner(listener.calls_server(px.handle))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -203,6 +210,46 @@ def test_streams_pass_through_and_a_refusing_pod_is_retried() -> None:
             await px.close()
             if b1 is not None:
                 await b1.cleanup()
+    run(go)
+
+
+def test_a_pod_silent_past_the_idle_timeout_fails_the_call_once_never_sends_it_again() -> None:
+    """The call was sent: past BATON_GATEWAY_IDLE_SECONDS without an answer it is answered 502
+    UpstreamError, and never forwarded a second time (a tool call need not be idempotent; a
+    read timeout once counted as a connect failure and the call was sent again within
+    admissionSeconds). A stream silent that long is cut."""
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        seen: list[int] = []
+        b1, p1 = await backend(1, seen)
+        vw.runtimes.apply(runtime(gen=1, uid="u1", admission=30))
+        vw.pods.apply(pod("u1", p1))
+        px, gw, port = await gateway(vw, st, idle_timeout_seconds=1.0)
+        try:
+            t0 = time.monotonic()
+            async with aiohttp.ClientSession() as s:
+                async with s.post(f"http://127.0.0.1:{port}/slow", data=b'{"jsonrpc":"2.0","id":7,"method":"m"}',
+                                  headers={"Host": f"tool.{NS}"}) as r:
+                    status, reason, body = r.status, r.headers.get("Baton-Reason"), await r.json()
+            took = time.monotonic() - t0
+            assert (status, reason, body["id"]) == (502, "UpstreamError", 7), (status, reason, body)
+            assert took < 5, f"answered after {took:.2f}s"
+            await asyncio.sleep(2.5)  # a second forward would have reached the tool by now
+            assert seen == [1], f"the tool received the call {len(seen)} times"
+            async with aiohttp.ClientSession() as s:
+                async with s.get(f"http://127.0.0.1:{port}/silent", headers={"Host": f"tool.{NS}"}) as r:
+                    t0 = time.monotonic()
+                    got = b""
+                    with pytest.raises(aiohttp.ClientPayloadError):
+                        async for chunk in r.content.iter_any():
+                            got += chunk
+            assert got == b"data: 0\n\n" and time.monotonic() - t0 < 2.9, "the silent stream was cut at the idle bound"
+            assert st.total_inflight() == 0
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b1.cleanup()
     run(go)
 
 
