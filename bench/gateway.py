@@ -427,6 +427,9 @@ def main() -> int:
                     help="seconds per call (handoff part); above admissionSeconds (30): the gateway answers by then")
     ap.add_argument("--lat-rate", type=float, default=200, help="calls per second on each path (latency)")
     ap.add_argument("--lat-calls", type=int, default=4000, help="calls on each path (latency)")
+    ap.add_argument("--lat-pin", action="store_true",
+                    help="latency part: the gateway pinned to core 1, the client (and the tool, always) to core 0, "
+                         "as a gateway with a core of its own; else the scheduler places the gateway and the client")
     ap.add_argument("--tput-seconds", type=float, default=15)
     ap.add_argument("--concurrency", type=int, default=16, help="closed-loop clients (throughput)")
     ap.add_argument("--rss-runtimes", type=int, default=1000)
@@ -661,6 +664,11 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     lat[path].append(time.perf_counter() - t0)
 
+            lat_pinned = False
+            client_cores = os.sched_getaffinity(0)
+            if args.lat_pin and gw.proc is not None and pin(gw.proc.pid, 1):
+                os.sched_setaffinity(0, {0})
+                lat_pinned = True
             for path in ends:  # warm both connections
                 for k in range(20):
                     one(path, k)
@@ -678,6 +686,11 @@ def run(args: argparse.Namespace) -> int:
             lat_seconds = time.monotonic() - t0
             for c in conns.values():
                 c.close()
+            if lat_pinned:
+                os.sched_setaffinity(0, client_cores)
+                if gw.proc is not None:
+                    subprocess.run(["taskset", "-a", "-p", "-c", f"0-{(os.cpu_count() or 2) - 1}", str(gw.proc.pid)],
+                                   stdout=subprocess.DEVNULL)
 
         # ------------------------------------------------------------ part 3: throughput
         tput: dict[str, Any] = {}
@@ -798,7 +811,9 @@ def run(args: argparse.Namespace) -> int:
             g, d = lat["gateway"], lat["direct"]
             say("")
             say(f"latency: {len(d)} calls each path, interleaved, {args.lat_rate:g} calls/s each "
-                f"({2 * args.lat_calls / lat_seconds:.0f} calls/s both), kept-alive connections, same tool")
+                f"({2 * args.lat_calls / lat_seconds:.0f} calls/s both), kept-alive connections, same tool"
+                + ("; the gateway pinned to core 1, the client and the tool to core 0" if lat_pinned else
+                   "; the tool pinned to core 0, the gateway and the client where the scheduler puts them"))
             say(f"{'':24} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}  failed")
             for label, xs, failed in (("client -> tool", d, lat_failed["direct"]),
                                       ("client -> gateway -> tool", g, lat_failed["gateway"])):

@@ -118,9 +118,14 @@ def per_replica(procs: list[Proc], ports: list[int]) -> None:
 
 
 def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[int], *, custom: Any, coord: Any,
-             ranges: int, timeout: float) -> None:
+             core: Any, ranges: int, timeout: float) -> None:
     """SIGKILL the last replica, change at once the template of every runtime in its ranges, and
-    time until each has handed off (the next generation Ready): the takeover of a lost replica."""
+    time until each has handed off (the next generation Ready): the takeover of a lost replica.
+    Two earlier moments come from what the API server recorded, not from polling: when the last
+    of the dead replica's range Leases was taken (its `acquireTime`), and when the last of its
+    runtimes' handoffs began (the `eventTime` of its TransitionStarted Event)."""
+    import datetime
+
     from baton.sharding import ranges as ranges_mod
     victim = f"scale-{len(ops) - 1}"
     held = {int(lz.metadata.name.rsplit(".", 1)[1]) for lz in coord.list_namespaced_lease(
@@ -131,44 +136,39 @@ def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[
     ops[-1].kill()
     ops[-1].wait(timeout=30)
     t0 = time.monotonic()
+    killed = datetime.datetime.now(datetime.timezone.utc)
     parallel(lambda i: custom.patch_namespaced_custom_object(
         "baton.dev", "v1alpha1", NS_B, "toolruntimes", sorted(orphans)[i],
         {"spec": {"template": template("example/tool:3", "baton")}}), len(orphans))
 
-    # Three moments: the survivor holds every range (it may act on them: a Lease expiry after the
-    # kill, and its views of them listed), every orphan's handoff has begun (no runtime left
-    # without an acting owner), and every orphan has handed off (that plus the handoffs' own work
-    # at this machine's pace).
-    moments: dict[str, float] = {}
-
     def handed_off() -> bool:
-        now = time.monotonic() - t0
-        if "ranges" not in moments:
-            mine = [lz for lz in coord.list_namespaced_lease(NS_B, label_selector="baton.dev/component=shard-range").items
-                    if int(lz.metadata.name.rsplit(".", 1)[1]) in held and lz.spec.holder_identity
-                    and lz.spec.holder_identity != victim]
-            if len(mine) == len(held):
-                moments["ranges"] = now
-        begun = done = 0
+        done = 0
         for rt in custom.list_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes")["items"]:
             name, st = rt["metadata"]["name"], rt.get("status") or {}
-            if name not in orphans:
-                continue
             ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
-            current = (st.get("current") or {}).get("generation")
-            if current == orphans[name] + 1 or (st.get("transition") or {}).get("to") == orphans[name] + 1:
-                begun += 1
-            if current == orphans[name] + 1 and ready.get("status") == "True" and not st.get("transition"):
+            if name in orphans and (st.get("current") or {}).get("generation") == orphans[name] + 1 \
+                    and ready.get("status") == "True" and not st.get("transition"):
                 done += 1
-        if begun == len(orphans):
-            moments.setdefault("begun", now)
         return done == len(orphans)
     wait_for(handed_off, timeout=timeout, what="the killed replica's runtimes handed off", interval=0.5)
     took = time.monotonic() - t0
+    taken = [lz.spec.acquire_time for lz in coord.list_namespaced_lease(
+        NS_B, label_selector="baton.dev/component=shard-range").items
+        if int(lz.metadata.name.rsplit(".", 1)[1]) in held and lz.spec.holder_identity != victim and lz.spec.acquire_time]
+    begun: dict[str, datetime.datetime] = {}
+    for ev in core.list_namespaced_event(NS_B, field_selector="reason=TransitionStarted").items:
+        at = ev.event_time or ev.first_timestamp
+        name = ev.involved_object.name
+        if name in orphans and at is not None and at >= killed:
+            begun[name] = min(begun.get(name, at), at)
     print(f"failover: {victim} SIGKILLed holding {len(held)} of {ranges} ranges ({len(orphans)} runtimes); "
           f"every one handed off a template change made right after the kill in {took:.1f}s")
-    print(f"  the survivors held every one of its ranges after {moments.get('ranges', took):.1f}s; every one of its "
-          f"runtimes had begun its handoff after {moments.get('begun', took):.1f}s (polled every 0.5 s or slower)")
+    ranges_text = (f"{(max(taken) - killed).total_seconds():.1f}s" if len(taken) == len(held)
+                   else f"? ({len(taken)} of {len(held)} show a survivor's acquireTime)")
+    begun_text = (f"{(max(begun.values()) - killed).total_seconds():.1f}s" if len(begun) == len(orphans)
+                  else f"? ({len(begun)} of {len(orphans)} TransitionStarted Events found)")
+    print(f"  by the API server's records: the last of its ranges taken by a survivor {ranges_text} after the kill; "
+          f"the last of its runtimes' handoffs begun {begun_text} after it")
 
 
 def parallel(fn: Callable[[int], Any], n: int, threads: int = 16) -> None:
@@ -345,7 +345,7 @@ def main() -> int:
         print(f"{f'idle {args.idle_seconds}s: API writes':38} {idle_writes:10.0f}")
         per_replica(procs, metrics_ports)
         if args.shard_ranges and len(ops) >= 2:
-            failover(ops, procs, metrics_ports, custom=custom, coord=client.CoordinationV1Api(api),
+            failover(ops, procs, metrics_ports, custom=custom, coord=client.CoordinationV1Api(api), core=core,
                      ranges=args.shard_ranges, timeout=args.timeout)
         return 0
     finally:
