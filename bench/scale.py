@@ -60,7 +60,15 @@ class Proc:
         return (int(fields[11]) + int(fields[12])) / TICKS
 
     def peak_rss_mib(self) -> float:
-        m = re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text())
+        return self._status_mib("VmHWM")
+
+    def rss_mib(self) -> float:
+        """RSS now: after the idle period, what the cache and the process keep (the peak adds
+        what a burst of work held for a while)."""
+        return self._status_mib("VmRSS")
+
+    def _status_mib(self, field: str) -> float:
+        m = re.search(rf"{field}:\s+(\d+) kB", Path(f"/proc/{self.pid}/status").read_text())
         return int(m.group(1)) / 1024 if m else float("nan")
 
 
@@ -107,11 +115,11 @@ def metric_sum(text: str, name: str) -> float:
 def per_replica(procs: list[Proc], ports: list[int]) -> None:
     """Each replica's own cost, in one table: what sharding divides (sharded, each replica lists
     and watches only its ranges' objects)."""
-    print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'watch events':>13} {'watch MiB':>10} {'cached objs':>12} "
+    print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'RSS idle MiB':>13} {'watch events':>13} {'watch MiB':>10} {'cached objs':>12} "
           f"{'ranges':>7} {'transitions':>12}")
     for i, (p, port) in enumerate(zip(procs, ports)):
         text = scrape(port)
-        print(f"{f'scale-{i}':14} {p.cpu():8.1f} {p.peak_rss_mib():13.1f} "
+        print(f"{f'scale-{i}':14} {p.cpu():8.1f} {p.peak_rss_mib():13.1f} {p.rss_mib():13.1f} "
               f"{metric_sum(text, 'baton_watch_events_total'):13.0f} {metric_sum(text, 'baton_watch_bytes_total') / 2**20:10.2f} "
               f"{metric_sum(text, 'baton_cache_objects'):12.0f} "
               f"{metric_sum(text, 'baton_shard_ranges_held'):7.0f} {metric_sum(text, 'baton_transitions_total'):12.0f}")
@@ -186,6 +194,8 @@ def main() -> int:
                     help="BATON_SHARD_RANGES for every replica (0: off); with 2+ replicas the run ends with "
                          "the failover of a SIGKILLed replica")
     ap.add_argument("--idle-seconds", type=int, default=60)
+    ap.add_argument("--skip-deployments", action="store_true",
+                    help="no Deployments beside (the per-replica figures and the failover only; the ratios print as -)")
     ap.add_argument("--log-level", default="WARNING", help="BATON_LOG_LEVEL of the operators (logs: the work directory)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--profile", metavar="FILE", help="run the (first) operator under py-spy record, "
@@ -271,7 +281,7 @@ def main() -> int:
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
         req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
 
-        dnames = {f"d-{i:04d}" for i in range(n)}
+        dnames = {f"d-{i:04d}" for i in range(n)} if not args.skip_deployments else set()
         t0 = time.monotonic()
         parallel(lambda i: apps.create_namespaced_deployment(NS_D, {
             "metadata": {"name": f"d-{i:04d}"},
@@ -279,7 +289,7 @@ def main() -> int:
                      "selector": {"matchLabels": {"app": "scale", "kind": "deployment", "d": f"d-{i:04d}"}},
                      "template": {**template("example/tool:1", "deployment"),
                                   "metadata": {"labels": {"app": "scale", "kind": "deployment", "d": f"d-{i:04d}"}}}}}),
-                 n)
+                 len(dnames))
         wait_for(deploy_ready(dnames), timeout=args.timeout, what="deployments: all available", interval=2.0)
         deploy_create = time.monotonic() - t0
 
@@ -300,7 +310,7 @@ def main() -> int:
         plane_change = {name: pr.cpu() - plane0[name] for name, pr in plane.items()}
         cores = (total1 - total0) / baton_change  # CPU-seconds of all cores per second of wall time
 
-        dchanged = {f"d-{i:04d}" for i in range(k)}
+        dchanged = {f"d-{i:04d}" for i in range(k)} if not args.skip_deployments else set()
         want: dict[str, int] = {}
         t0 = time.monotonic()
 
@@ -309,7 +319,7 @@ def main() -> int:
             d = apps.patch_namespaced_deployment(name, NS_D, {"spec": {"template": {"spec": {
                 "containers": [{"name": "server", "image": "example/tool:2"}]}}}})
             want[name] = d.metadata.generation
-        parallel(patch_deploy, k)
+        parallel(patch_deploy, len(dchanged))
         wait_for(deploy_ready(dchanged, want), timeout=args.timeout, what="deployments: changes converged", interval=1.0)
         deploy_change = time.monotonic() - t0
 
@@ -324,10 +334,12 @@ def main() -> int:
         print(f"N={n}, changes={k}, replicas={args.replicas}, workers={args.workers} "
               f"(same plane, same template; Baton first, then Deployments)")
         print(f"{'':38} {'baton':>10} {'deploy':>10} {'ratio':>7}")
-        print(f"{'create N, all Ready (s)':38} {baton_create:10.1f} {deploy_create:10.1f} "
-              f"{baton_create / deploy_create:7.2f}")
-        print(f"{'K template changes converged (s)':38} {baton_change:10.1f} {deploy_change:10.1f} "
-              f"{baton_change / deploy_change:7.2f}")
+        for label, ours, theirs in (("create N, all Ready (s)", baton_create, deploy_create),
+                                    ("K template changes converged (s)", baton_change, deploy_change)):
+            if args.skip_deployments:
+                print(f"{label:38} {ours:10.1f} {'-':>10} {'-':>7}")
+            else:
+                print(f"{label:38} {ours:10.1f} {theirs:10.1f} {ours / theirs:7.2f}")
         print(f"{'operator CPU-s, create phase':38} {cpu_create:10.1f}")
         print(f"{'operator CPU-s per runtime created':38} {cpu_create / n:10.4f}")
         print(f"{'operator CPU-s, change phase':38} {cpu_change:10.1f}")
