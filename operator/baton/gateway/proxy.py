@@ -51,14 +51,15 @@ class Proxy:
         # request and another around the answer, instead of aiohttp's read timer, which it
         # re-arms on every chunk received (about 6 % of the gateway's CPU per call). Streamed
         # uploads keep the session's read timer: their upload may take longer than one idle span.
+        self._read_timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout_seconds,
+                                                   sock_read=settings.idle_timeout_seconds)
         self._unread_timeout = aiohttp.ClientTimeout(total=None, sock_connect=settings.connect_timeout_seconds,
                                                      sock_read=None)
 
     async def start(self) -> None:
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30, resolver=self.resolver, use_dns_cache=False),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.settings.connect_timeout_seconds,
-                                          sock_read=self.settings.idle_timeout_seconds),
+            timeout=self._read_timeout,
             auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
             # Set once here, not per request: the client adds none of these of its own.
             skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
@@ -255,15 +256,12 @@ class Proxy:
             started = [False]
             data: Any = body if body is not None else (self._stream_body(request, started) if request.body_exists else None)
             url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
+            in_hand = body is not None or not request.body_exists  # else a streamed upload
             try:
-                if body is not None or not request.body_exists:
-                    async with asyncio.timeout(self.settings.idle_timeout_seconds):
-                        upstream = await self.session.request(
-                            request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
-                            allow_redirects=False, timeout=self._unread_timeout)
-                else:
-                    upstream = await self.session.request(request.method, url, headers=upstream_mod.multidict_of(up_headers),
-                                                          data=data, allow_redirects=False)
+                async with asyncio.timeout(self.settings.idle_timeout_seconds if in_hand else None):
+                    upstream = await self.session.request(
+                        request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
+                        allow_redirects=False, timeout=self._unread_timeout if in_hand else self._read_timeout)
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 # Not connected: nothing reached the pod, the call may be decided again.
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
