@@ -32,6 +32,26 @@ from harness.tools import pinned_tool
 
 RELEASE, RELEASE_NAMESPACE, JOB = "baton", "baton-system", "baton-metrics"
 RUNBOOKS = "https://git.example.internal/platform/baton/-/blob/main/docs/runbooks.md"
+DASHBOARD = CHART / "dashboards" / "baton.json"
+# What Grafana puts in for the dashboard's variables: our scrape job and namespace, no `cluster`
+# label (one Prometheus, one cluster: cluster="" matches the series without it), the chart's
+# gateway job, and a rate window that covers a whole test.
+DASHBOARD_VARIABLES = {"$job": JOB, "$namespace": RELEASE_NAMESPACE, "$cluster": "",
+                       "$gateway_job": "baton-gateway-metrics", "$__rate_interval": "10m"}
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """(panel title, query with the variables filled in) of every panel of the chart's dashboard."""
+    dash = json.loads(DASHBOARD.read_text())
+    out = []
+    for panel in dash["panels"]:
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            for var, value in sorted(DASHBOARD_VARIABLES.items(), key=lambda kv: -len(kv[0])):  # $gateway_job before $job
+                expr = expr.replace(var, value)
+            assert "$" not in expr, f"panel {panel['title']!r}: a variable this harness does not know: {expr}"
+            out.append((panel["title"], expr))
+    return out
 
 
 def chart_rules(**alerts: str) -> str:

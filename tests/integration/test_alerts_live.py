@@ -21,18 +21,13 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from dev.wait import WaitTimeout, wait_for
-from harness.chart import CHART, render
+from harness.chart import render
 from harness.operator import OperatorProcess
-from harness.prometheus import JOB, RELEASE_NAMESPACE, RUNBOOKS, Prometheus, chart_rules, stuck_threshold_in_runbook
+from harness.prometheus import (DASHBOARD, JOB, RELEASE_NAMESPACE, RUNBOOKS, Prometheus, chart_rules, dashboard_queries,
+                                stuck_threshold_in_runbook)
 from harness.runtimes import Runtimes, runtime_manifest
 
 Start = Callable[..., OperatorProcess]
-DASHBOARD = CHART / "dashboards" / "baton.json"
-# What Grafana puts in for the dashboard's variables: our scrape job and namespace, no `cluster`
-# label (one Prometheus, one cluster: cluster="" matches the series without it), the chart's
-# gateway job, and a rate window that covers the whole test.
-VARIABLES = {"$job": JOB, "$namespace": RELEASE_NAMESPACE, "$cluster": "", "$gateway_job": "baton-gateway-metrics",
-             "$__rate_interval": "10m"}
 
 
 @pytest.fixture
@@ -48,19 +43,6 @@ def prometheus(tmp_path: Path) -> Iterator[Callable[[int], Prometheus]]:
     yield start
     for p in started:
         p.stop()
-
-
-def dashboard_queries() -> list[tuple[str, str]]:
-    dash = json.loads(DASHBOARD.read_text())
-    out = []
-    for panel in dash["panels"]:
-        for target in panel.get("targets", []):
-            expr = target["expr"]
-            for var, value in sorted(VARIABLES.items(), key=lambda kv: -len(kv[0])):  # $gateway_job before $job
-                expr = expr.replace(var, value)
-            assert "$" not in expr, f"panel {panel['title']!r}: a variable this test does not know: {expr}"
-            out.append((panel["title"], expr))
-    return out
 
 
 def test_dashboard_has_the_panels_asked_for() -> None:

@@ -10,28 +10,19 @@ promtool is the one `make tools` builds (hack/versions.env); a missing one fails
 """
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import yaml
 
-from harness.chart import CHART
+from harness import prometheus
 from harness.tools import pinned_tool
 
-DASHBOARD = CHART / "dashboards" / "baton.json"
 TITLE = "Runtimes by condition"
-# What Grafana puts in for the variables (as tests/integration/test_alerts_live.py does).
-VARIABLES = {"$job": "baton-metrics", "$namespace": "baton-system", "$cluster": ""}
 
 
 def panel_expr() -> str:
-    [panel] = [p for p in json.loads(DASHBOARD.read_text())["panels"] if p.get("title") == TITLE]
-    [target] = panel["targets"]
-    expr = str(target["expr"])
-    for var, value in VARIABLES.items():
-        expr = expr.replace(var, value)
-    assert "$" not in expr, expr
+    [expr] = [expr for title, expr in prometheus.dashboard_queries() if title == TITLE]
     return expr
 
 
