@@ -93,8 +93,9 @@ test-integration: $(PY_DEPS) tools ## integration and e2e tests (marker `integra
 ORDERINGS ?= 50
 CHAOS_RESULTS ?= .chaos-results.jsonl
 PARALLEL ?= 1
-chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane, PARALLEL side by side (make chaos ORDERINGS=500 SEED=1 PARALLEL=3)
-	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_PARALLEL=$(PARALLEL) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
+SHARDED ?= 0
+chaos: $(PY_DEPS) tools ## seeded fault orderings SEED .. SEED+ORDERINGS-1 on one local plane, PARALLEL side by side, SHARDED=1 odd (sharded) seeds only (make chaos ORDERINGS=500 SEED=1 PARALLEL=3)
+	BATON_CHAOS_ORDERINGS=$(ORDERINGS) BATON_CHAOS_SEED=$(if $(SEED),$(SEED),1) BATON_CHAOS_PARALLEL=$(PARALLEL) BATON_CHAOS_SHARDED=$(SHARDED) BATON_CHAOS_RESULTS=$(CHAOS_RESULTS) $(PY) -m pytest tests/chaos -m chaos $(PYTEST_ARGS)
 
 chaos-summary: $(PY_DEPS) ## what the orderings in CHAOS_RESULTS did: violations, wall time, actions taken and skipped, held creates' answers
 	$(PY) hack/chaos_summary.py $(CHAOS_RESULTS)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from harness.chaos import actions
 from harness.chaos.ordering import RESULTS
+
 CI_SEEDS = (1, 2, 3)  # what `make test` runs; `make chaos ORDERINGS=N SEED=S` runs S .. S+N-1
 
 
@@ -17,10 +19,10 @@ def seeds() -> list[int]:
     n = os.environ.get("BATON_CHAOS_ORDERINGS")
     if not n:
         return list(CI_SEEDS)
-    first = int(os.environ.get("BATON_CHAOS_SEED") or "1")
-    # With BATON_CHAOS_PARALLEL=P each test runs P consecutive seeds side by side.
+    every = actions.run_seeds(first=int(os.environ.get("BATON_CHAOS_SEED") or "1"), orderings=int(n))
+    # With BATON_CHAOS_PARALLEL=P each test runs P seeds of the run side by side.
     step = max(1, int(os.environ.get("BATON_CHAOS_PARALLEL") or "1"))
-    return list(range(first, first + int(n), step))
+    return every[::step]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

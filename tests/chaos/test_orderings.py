@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.chaos import actions
 from harness.chaos.lanes import Lane, side_lane
 from harness.chaos.ordering import RESULTS, Ordering, Result
 from harness.operator import OperatorProcess
@@ -23,7 +24,8 @@ from harness.runtimes import Runtimes
 from harness.watchlog import PodWatch
 
 PARALLEL = max(1, int(os.environ.get("BATON_CHAOS_PARALLEL") or "1"))
-LAST_SEED = int(os.environ.get("BATON_CHAOS_SEED") or "1") + int(os.environ.get("BATON_CHAOS_ORDERINGS") or "0") - 1
+RUN_SEEDS = actions.run_seeds(first=int(os.environ.get("BATON_CHAOS_SEED") or "1"),
+                              orderings=int(os.environ.get("BATON_CHAOS_ORDERINGS") or "0"))
 _results_lock = threading.Lock()
 
 
@@ -46,7 +48,8 @@ def test_ordering(seed: int, cluster: Any, namespace: str, tmp_path: Path,
                   operators: Callable[..., OperatorProcess], rts: Runtimes,
                   pod_watch: PodWatch) -> None:
     own = Lane(namespace, tmp_path, operators, rts, pod_watch)
-    seeds = [seed + k for k in range(PARALLEL) if k == 0 or seed + k <= LAST_SEED]
+    # This test's seed and the next PARALLEL-1 of the run (consecutive, or odd ones only).
+    seeds = RUN_SEEDS[RUN_SEEDS.index(seed):][:PARALLEL] if seed in RUN_SEEDS else [seed]
     if len(seeds) == 1:
         results = [_run(seed, cluster, own)]
     else:

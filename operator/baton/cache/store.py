@@ -15,6 +15,12 @@ Key = tuple[str, str]
 # (old or None, new or None): what changed; new None means deleted.
 Listener = Callable[[Obj | None, Obj | None], None]
 
+# What no reader of the views needs and every object may carry, often as large as the rest of it:
+# the server's field ownership record, and kubectl's copy of the last applied manifest. Never
+# kept (writes are patches or, for Leases, PUTs, which the server gives the stored
+# managedFields back when the body has none).
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
 # How long a deleted object's resourceVersion is remembered. A write's reply arrives within its
 # request timeout (at most a minute) or never; this is five times that.
 TOMBSTONE_SECONDS = 300.0
@@ -25,6 +31,22 @@ def rv_of(obj: Obj | None) -> int:
         return int(((obj or {}).get("metadata") or {}).get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+def without_bookkeeping(obj: Obj) -> Obj:
+    """`obj` without metadata.managedFields and kubectl's last-applied annotation (a shallow
+    copy where it had them: the caller's object is left as it was)."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return obj
+    annotations = meta.get("annotations")
+    applied = isinstance(annotations, dict) and LAST_APPLIED in annotations
+    if "managedFields" not in meta and not applied:
+        return obj
+    meta = {k: v for k, v in meta.items() if k != "managedFields"}
+    if applied:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    return {**obj, "metadata": meta}
 
 
 def key_of(obj: Obj) -> Key:
@@ -90,8 +112,9 @@ class Store:
         return self._transform is not None
 
     def reduce(self, obj: Obj) -> Obj:
-        """What the store keeps of `obj` (all of it, unless the store was given a transform)."""
-        return obj if self._transform is None else self._transform(obj)
+        """What the store keeps of `obj`: its transform's copy, else all of it but the
+        bookkeeping (`without_bookkeeping`)."""
+        return without_bookkeeping(obj) if self._transform is None else self._transform(obj)
 
     def apply(self, obj: Obj, *, reduced: bool = False, watched: bool = False) -> bool:
         """Keep `obj` if it is newer than what is stored; True if it changed the view.

@@ -2,6 +2,7 @@
 replayed by `make chaos SEED=<seed> ORDERINGS=1`) and the verb annotations they write."""
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 
@@ -22,6 +23,21 @@ SHARD_RANGES = 4
 
 def sharded(seed: int) -> bool:
     return seed % 2 == 1
+
+
+def seed_stride() -> int:
+    """1, or 2 with BATON_CHAOS_SHARDED=1 (`make chaos SHARDED=1`): every ordering run is then a
+    sharded one (odd seeds only), with its range moves and leave-joins."""
+    return 2 if os.environ.get("BATON_CHAOS_SHARDED") == "1" else 1
+
+
+def run_seeds(*, first: int, orderings: int) -> list[int]:
+    """The seeds `make chaos SEED=first ORDERINGS=orderings` runs: consecutive ones, or, with
+    BATON_CHAOS_SHARDED=1, the first `orderings` odd ones from `first` on."""
+    stride = seed_stride()
+    if stride == 2 and not sharded(first):
+        first += 1
+    return [first + stride * k for k in range(orderings)]
 GC_SECONDS = 20
 
 # kind: (weight, what it targets)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from harness.chaos.actions import Verb, actions, sharded
+import pytest
+
+from harness.chaos.actions import Verb, actions, run_seeds, sharded
 from harness.chaos.checks import check_lease_log, check_pods, check_runtime_log
 from harness.watchlog import PodEvent, PodWatch
 
@@ -43,6 +45,15 @@ def test_an_ordering_is_its_seed() -> None:
         assert all(0.1 <= a.gap <= 1.0 for a in acts)
         # Replicas leave and join only where ranges are held (odd seeds).
         assert (1 <= moves <= 3) if sharded(seed) else moves == 0
+
+
+def test_a_sharded_run_takes_odd_seeds_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BATON_CHAOS_SHARDED", raising=False)
+    assert run_seeds(first=4, orderings=3) == [4, 5, 6]
+    monkeypatch.setenv("BATON_CHAOS_SHARDED", "1")
+    assert run_seeds(first=4, orderings=3) == [5, 7, 9]
+    assert run_seeds(first=9001, orderings=2) == [9001, 9003]
+    assert all(sharded(s) for s in run_seeds(first=1, orderings=200))
 
 
 def test_pods_one_at_a_time_and_generations_once() -> None:
