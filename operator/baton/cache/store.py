@@ -40,12 +40,12 @@ def without_bookkeeping(obj: Obj) -> Obj:
     if not isinstance(meta, dict):
         return obj
     annotations = meta.get("annotations")
-    applied = isinstance(annotations, dict) and LAST_APPLIED in annotations
-    if "managedFields" not in meta and not applied:
+    applied = annotations if isinstance(annotations, dict) and LAST_APPLIED in annotations else None
+    if "managedFields" not in meta and applied is None:
         return obj
     meta = {k: v for k, v in meta.items() if k != "managedFields"}
-    if applied:
-        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+    if applied is not None:
+        meta["annotations"] = {k: v for k, v in applied.items() if k != LAST_APPLIED}
     return {**obj, "metadata": meta}
 
 
