@@ -398,14 +398,12 @@ class Controller:
         knows the status) of those only, and the ranges do not overlap."""
         if self.ranges is None and not self.exporter.active():
             return
-        for (ns, name), (s, budget_sum) in list(self.reconciler.last_status.items()):
+        for (ns, name), last in list(self.reconciler.last_status.items()):
             if self.ranges is not None:
                 rt = self.views.runtimes.get(ns, name)
                 if rt is None or not self._mine_runtime(rt):
                     continue
-            conds = {c.type: c.status for c in s.conditions}
-            started = s.transition.started_at.timestamp() if s.transition else None
-            yield ns, name, conds, started, budget_sum if started is not None else None
+            yield ns, name, last.conditions, last.started, last.budget_sum if last.started is not None else None
 
 
 def _uid(rt: dict[str, Any]) -> str:

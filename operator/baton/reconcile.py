@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import typing
 from typing import Callable
 
 from baton import clock as clock_mod
@@ -58,6 +59,14 @@ class Memory(snapshot.Learnt):
         self.snapshot.reads += outcome.reads
 
 
+class GaugeStatus(typing.NamedTuple):
+    """A runtime's last status, as far as the runtime gauges report it."""
+
+    conditions: dict[str, str]  # type -> "True"/"False"/"Unknown"
+    started: float | None  # the transition under way's start (epoch seconds)
+    budget_sum: float  # its budgets' sum: the bound its duration is compared with
+
+
 @dataclasses.dataclass(frozen=True)
 class Result:
     """What one pass asks of the queue."""
@@ -85,7 +94,9 @@ class Reconciler:
         self.clock = clock
         self.configs = configs
         self.memories: dict[Key, Memory] = {}
-        self.last_status: dict[Key, tuple[status_mod.ToolRuntimeStatus, float]] = {}
+        # What the runtime gauges report of each runtime's last status (baton.exporter): a few
+        # values, not the status model, which a steady runtime would otherwise keep for nothing.
+        self.last_status: dict[Key, GaugeStatus] = {}
 
     async def reconcile(self, key: Key, *, wake: Callable[[], None], shutting_down: bool) -> Result:
         planned = await self.decide(key, shutting_down=shutting_down)
@@ -122,8 +133,10 @@ class Reconciler:
         t = o.status.transition
         b = o.spec.budgets
         pin_wait = b.pin_seconds if t is not None and t.pin_wait_since is not None else 0
-        self.last_status[key] = (o.status, float(b.lock_seconds + b.connect_seconds + b.drain_seconds
-                                                  + b.cleanup_seconds + pin_wait))
+        self.last_status[key] = GaugeStatus(
+            conditions={c.type: c.status for c in o.status.conditions},
+            started=t.started_at.timestamp() if t is not None else None,
+            budget_sum=float(b.lock_seconds + b.connect_seconds + b.drain_seconds + b.cleanup_seconds + pin_wait))
         decided = lifecycle.decide(o, self.clock.wall())
         if decided.lease_wait or decided.find(plan.AcquireLease):
             if memory.lock_wait_since is None:
@@ -151,6 +164,10 @@ class Reconciler:
             wake()  # the runtime was read again: decide again at once
         if not outcome.ok:
             return Result(failed=True, moved=moved)
+        if memory is not None and o.status.transition is None and decided.wait_seconds is None and not outcome.again_now:
+            # At rest, nothing scheduled: the next pass comes with a change, most likely a new
+            # version (parsed anew), so this version's parse is not kept for a runtime at rest.
+            memory.snapshot.parsed_rv = memory.snapshot.parsed = None
         return Result(wait=decided.wait_seconds, again_now=decided.wait_seconds == 0, moved=moved)
 
     def forget(self, key: Key) -> None:

@@ -1063,3 +1063,31 @@ def test_a_stop_of_admission_is_judged_again_on_the_claims_view_it_is_sent_from(
         assert not m.server.violations, "\n".join(m.server.violations)
     finally:
         m.undo()
+
+
+def test_a_runtime_at_rest_keeps_no_parse_and_its_gauges_read_what_status_says() -> None:
+    """Memory for many runtimes (issue 26): once a pass leaves a runtime at rest (no transition,
+    nothing scheduled), the replica keeps neither that version's parsed spec and status nor the
+    status model for the gauges, only the few values they report; and a change is still acted
+    on (the next pass parses the new version)."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        m.run_until_settled(60, budgets={})
+        s = srv.status()
+        assert s is not None and s.transition is None and s.current is not None, s
+        ready = {c.type: c.status for c in s.conditions}
+        passed = [r for r in m.replicas if sim.RT in [k[1] for k in r.reconciler.memories]]
+        assert passed, "no replica ran a pass"
+        for r in passed:
+            assert r.reconciler.memories[(sim.NS, sim.RT)].snapshot.parsed is None
+            last = r.reconciler.last_status[(sim.NS, sim.RT)]
+            assert last.started is None and last.conditions == ready, (last, ready)
+        m.server.user_patch_runtime(lambda rt: rt["spec"]["template"]["spec"]["containers"][0].update(
+            image="example/search:2"))
+        m.run_until_settled(120, budgets={})
+        s = srv.status()
+        assert not srv.violations, "\n".join(srv.violations)
+        assert s is not None and s.transition is None and s.current is not None and s.current.generation == 2, s
+    finally:
+        m.undo()

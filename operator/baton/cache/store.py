@@ -5,6 +5,7 @@ No I/O. Informers and the executor feed it; `apply` keeps the newest version of 
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable, Iterable
 
@@ -47,6 +48,28 @@ def without_bookkeeping(obj: Obj) -> Obj:
     if applied is not None:
         meta["annotations"] = {k: v for k, v in applied.items() if k != LAST_APPLIED}
     return {**obj, "metadata": meta}
+
+
+# Strings up to this long are shared between the stored objects (sys.intern): keys, and values
+# such as names, UIDs (a pod names its runtime's), timestamps of one burst and condition types.
+# Each decoded object otherwise holds its own copy of every one; shared, a cached pod takes
+# about half the memory. Longer values (a script in an env var, a large annotation) stay apart.
+SHARED_STRING_CHARS = 64
+_CONTAINERS = (dict, list, str)
+
+
+def compact(value: Any) -> Any:
+    """`value` rebuilt with its dicts' keys and its short strings shared (`SHARED_STRING_CHARS`):
+    equal to it, and no part of it is the caller's."""
+    kind = type(value)
+    if kind is dict:
+        return {sys.intern(k) if type(k) is str else k: v if type(v) not in _CONTAINERS else compact(v)
+                for k, v in value.items()}
+    if kind is list:
+        return [compact(v) for v in value]
+    if kind is str:
+        return sys.intern(value) if len(value) <= SHARED_STRING_CHARS else value
+    return value
 
 
 def key_of(obj: Obj) -> Key:
@@ -113,8 +136,12 @@ class Store:
 
     def reduce(self, obj: Obj) -> Obj:
         """What the store keeps of `obj`: its transform's copy, else all of it but the
-        bookkeeping (`without_bookkeeping`)."""
-        return without_bookkeeping(obj) if self._transform is None else self._transform(obj)
+        bookkeeping (`without_bookkeeping`), its strings shared with the other objects
+        (`compact`); never the caller's object itself."""
+        if self._transform is not None:
+            return self._transform(obj)
+        kept: Obj = compact(without_bookkeeping(obj))
+        return kept
 
     def apply(self, obj: Obj, *, reduced: bool = False, watched: bool = False) -> bool:
         """Keep `obj` if it is newer than what is stored; True if it changed the view.

@@ -44,11 +44,30 @@ def test_a_list_and_a_watch_event_are_slimmed_too() -> None:
     assert kept is not None and store_mod.rv_of(kept) == 4 and "managedFields" not in kept["metadata"]
 
 
-def test_an_object_without_bookkeeping_is_kept_as_it_came() -> None:
+def test_an_object_without_bookkeeping_is_kept_equal_its_strings_shared_between_objects() -> None:
     s = store_mod.Store(selected_by=names.LABEL_RUNTIME)
     plain = pod(5)
     s.apply(plain)
-    assert s.get("ns", "alpha") is plain
+    kept = s.get("ns", "alpha")
+    assert kept == plain and kept is not plain
+    other = {"metadata": {"name": "beta", "namespace": "ns", "uid": "u2", "resourceVersion": "6",
+                          "labels": {names.LABEL_RUNTIME: "beta"}},
+             "status": {"phase": "".join(["Run", "ning"]), "podIP": "10.0.0.8"}}
+    assert other["status"]["phase"] is not kept["status"]["phase"]
+    s.apply(other)
+    beta = s.get("ns", "beta")
+    assert beta is not None
+    # One copy of a short value and of every key, whichever object brought it.
+    assert beta["status"]["phase"] is kept["status"]["phase"]
+    assert next(iter(beta["status"])) is next(iter(kept["status"]))
+
+
+def test_compact_keeps_long_strings_apart_and_everything_equal() -> None:
+    long_value = "x" * (store_mod.SHARED_STRING_CHARS + 1)
+    value = {"a": [1, 2.5, None, True, {"b": long_value, "c": "short"}], "d": {}}
+    out = store_mod.compact(value)
+    assert out == value
+    assert out["a"] is not value["a"] and out["a"][4] is not value["a"][4]
 
 
 def test_a_store_with_its_own_transform_keeps_what_that_returns() -> None:
