@@ -15,6 +15,7 @@ renewals, so no queue of other requests can delay a renewal.
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import json
 import ssl
 import time
@@ -122,6 +123,22 @@ def _resource_of(path: str) -> str:
     return rest[0] + ("/" + rest[2] if len(rest) > 2 else "")
 
 
+# asyncio gives every TLS connection a 256 KiB read buffer, filled with zeros when the connection
+# opens, so resident at once. A replica holds a connection per watch (five per held range when
+# sharded) and per pooled request: about 20 MiB of buffers for 8 ranges, measured (bench.scale,
+# docs/performance.md). TLS records are at most 16 KiB, and aiohttp reads 64 KiB at a time, so a
+# smaller buffer costs only more, cheaper reads. asyncio has no per-connection setting: this sets
+# the class default, for every TLS connection in the process (the gateway's to the API server too).
+TLS_READ_BUFFER_BYTES = 32 * 1024
+
+
+def use_small_tls_read_buffers() -> None:
+    """Lower asyncio's TLS read buffer to TLS_READ_BUFFER_BYTES (where it has one to lower)."""
+    protocol = getattr(asyncio.sslproto, "SSLProtocol", None)
+    if protocol is not None and getattr(protocol, "max_size", 0) > TLS_READ_BUFFER_BYTES:
+        protocol.max_size = TLS_READ_BUFFER_BYTES
+
+
 class Api:
     """One connection pool to the API server. Create it inside the running event loop."""
 
@@ -131,6 +148,7 @@ class Api:
         self.host = cfg.host.rstrip("/")
         ssl_ctx: ssl.SSLContext | bool = False
         if self.host.startswith("https"):
+            use_small_tls_read_buffers()
             ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert) if cfg.verify_ssl else ssl._create_unverified_context()
             if cfg.cert_file and cfg.key_file:
                 ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
