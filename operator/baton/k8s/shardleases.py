@@ -9,14 +9,14 @@ from exactly the version judged free, and renewed only while nobody wrote it sin
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, AsyncIterator
 
 from baton.k8s import api, client, leases
 from baton.model import names
 
 # The API rules this module needs (apiGroup, resource, verbs), in the operator's own namespace.
 RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("coordination.k8s.io", "leases", ("get", "list", "create", "update", "delete")),)
+    ("coordination.k8s.io", "leases", ("get", "list", "watch", "create", "update", "delete")),)
 
 SELECTOR = f"{names.LABEL_COMPONENT} in ({names.COMPONENT_SHARD_MEMBER},{names.COMPONENT_SHARD_RANGE})"
 
@@ -31,9 +31,21 @@ def _spec(*, holder: str, duration_seconds: int, now: datetime.datetime) -> dict
 
 
 async def list_all(namespace: str) -> list[dict[str, Any]]:
-    """Every membership and range Lease (a few dozen objects: one list per tick, no watch)."""
-    items, _ = await client.leases().list(_path(namespace), label_selector=SELECTOR)
+    """Every membership and range Lease (a few dozen objects: one list per tick)."""
+    items, _ = await list_at(namespace)
     return items
+
+
+async def list_at(namespace: str) -> tuple[list[dict[str, Any]], str]:
+    """Every membership and range Lease, and the list's resourceVersion to watch from."""
+    return await client.leases().list(_path(namespace), label_selector=SELECTOR)
+
+
+def watch(namespace: str, *, resource_version: str, timeout_seconds: int = 300) -> AsyncIterator[dict[str, Any]]:
+    """Changes to the membership and range Leases from `resource_version` (events {type, object}),
+    so a replica sees each renewal as it is written, not at its next list."""
+    return client.leases().watch(_path(namespace), resource_version=resource_version, label_selector=SELECTOR,
+                                 timeout_seconds=timeout_seconds)
 
 
 async def _put(namespace: str, name: str, body: dict[str, Any]) -> dict[str, Any]:

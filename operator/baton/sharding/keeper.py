@@ -3,7 +3,12 @@ through baton.k8s.shardleases). Does I/O.
 
 One task ticks every third of a Lease duration: renew the membership Lease and every held range
 (compare-and-swap), list the membership and range Leases, hand back what is over this replica's
-share, take free ranges up to it. A range counts as this replica's only while *fresh*: its last
+share, take free ranges up to it. A watch of those Leases records when each version is first
+seen (a dead holder's range expires one duration after its last renewal was *seen*) and wakes
+the task when a range is handed back; the task also looks again, without renewing, at the
+moment another's range could first be judged expired. So a dead replica's ranges are taken one
+Lease duration after its last renewal plus the time a list and a write take, not up to two
+periods later. A range counts as this replica's only while *fresh*: its last
 renewal was sent less than (duration - margin) ago by the local monotonic clock, the rule of the
 runtimes' own Leases (baton.execute.leasekeeper.safety_margin), so a replica whose renewals stall
 stops trying a range's runtimes before anyone else may take the range.
@@ -12,9 +17,11 @@ stops trying a range's runtimes before anyone else may take the range.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import logging
+import random
 from typing import Any, Callable
 
 from baton import clock as clock_mod
@@ -25,6 +32,23 @@ from baton.model import names
 from baton.sharding import ranges as ranges_mod
 
 log = logging.getLogger("baton.sharding")
+
+
+# A renewal round may start this much before a full period has passed since the last one (a
+# look woken just before it is due renews too, instead of a second wake-up moments later).
+RENEW_EARLY_SECONDS = 0.25
+# A look for an expiry comes this long after the moment computed, so the list it makes sees the
+# version unchanged for the full duration.
+EXPIRY_LOOK_SLACK_SECONDS = 0.05
+
+
+def next_look_in(*, now: float, renewed_at: float, period: float, expiries: list[float]) -> float:
+    """Seconds until the loop looks again: the next renewal round (a period after the last), or
+    sooner, just after the earliest moment another's range could be judged expired."""
+    wait = period - (now - renewed_at)
+    if expiries:
+        wait = min(wait, min(expiries) - now + EXPIRY_LOOK_SLACK_SECONDS)
+    return max(0.1, wait)
 
 
 class Standing(str, enum.Enum):
@@ -57,7 +81,12 @@ class RangeKeeper:
         # whose renewals lapsed and came back is announced again, so its runtimes are woken.
         self._announced: set[int] = set()
         self._task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._wake = asyncio.Event()
+        # Monotonic moments at which another holder's range could first be judged expired (its
+        # version unchanged for a duration since first seen): the loop looks again then.
+        self._expiries: list[float] = []
         metrics.SHARD_RANGES.set(ranges)
 
     # --- what the controller asks -----------------------------------------------------------------
@@ -87,19 +116,63 @@ class RangeKeeper:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="baton ranges")
+        if self._watch_task is None:
+            self._watch_task = asyncio.create_task(self._watch(), name="baton range leases watch")
 
     async def _run(self) -> None:
         period = max(0.5, self.lease_seconds / 3)
+        renewed_at: float | None = None
         while not self._stopping:
             started = self.clock.monotonic()
+            renew = renewed_at is None or started - renewed_at >= period - RENEW_EARLY_SECONDS
+            self._wake.clear()
             try:
-                await self.tick()
+                await self.tick(renew=renew)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # API trouble: held ranges go stale by themselves; next tick
                 log.warning("range tick failed: %s", client.short(exc))
+            if renew:
+                renewed_at = started
             self._announce()
-            await asyncio.sleep(max(0.1, period - (self.clock.monotonic() - started)))
+            assert renewed_at is not None
+            wait = next_look_in(now=self.clock.monotonic(), renewed_at=renewed_at, period=period,
+                                expiries=self._expiries)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait)
+
+    async def _watch(self) -> None:
+        """Sightings as renewals are written, and a wake-up when a range is handed back (free
+        at once) or its Lease deleted. Best effort: without it the ticks' lists still see every
+        version, only later."""
+        failures = 0
+        while not self._stopping:
+            try:
+                items, version = await shardleases.list_at(self.namespace)
+                now = self.clock.monotonic()
+                for listed in items:
+                    meta = listed.get("metadata") or {}
+                    self._sightings.observe(name=str(meta.get("name")), version=str(meta.get("resourceVersion")), now=now)
+                async for event in shardleases.watch(self.namespace, resource_version=version):
+                    kind, obj = event.get("type"), event.get("object")
+                    if not isinstance(obj, dict) or kind not in ("ADDED", "MODIFIED", "DELETED"):
+                        if kind == "ERROR":
+                            break  # expired resourceVersion or the like: list again
+                        continue
+                    meta = obj.get("metadata") or {}
+                    if kind != "DELETED":
+                        self._sightings.observe(name=str(meta.get("name")), version=str(meta.get("resourceVersion")),
+                                                now=self.clock.monotonic())
+                    freed = kind == "DELETED" or not (obj.get("spec") or {}).get("holderIdentity")
+                    if freed and _range_index(str(meta.get("name")), ranges=self.ranges) is not None:
+                        self._wake.set()
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failures += 1
+                log.debug("watch of the range Leases failed: %s", client.short(exc))
+                await asyncio.sleep(min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.8, 1.2))
 
     def _announce(self) -> None:
         """Tell the controller which ranges became its own or stopped being so since last time
@@ -112,14 +185,18 @@ class RangeKeeper:
         self._announced = fresh
         metrics.SHARD_RANGES_HELD.set(len(fresh))
 
-    async def tick(self) -> None:
-        # Renewals first and side by side: nothing else this tick does may delay them.
-        await asyncio.gather(self._renew_member(), *(self._renew(index) for index in list(self.held)))
+    async def tick(self, *, renew: bool = True) -> None:
+        """`renew`: renew the membership and held ranges first (a look between renewals,
+        for a range about to expire, does not)."""
+        if renew:
+            # Renewals first and side by side: nothing else this tick does may delay them.
+            await asyncio.gather(self._renew_member(), *(self._renew(index) for index in list(self.held)))
         items = await shardleases.list_all(self.namespace)
         now = self.clock.monotonic()
         members: list[str] = []
         seen: list[ranges_mod.RangeLease] = []
         observed: dict[int, dict[str, Any]] = {}
+        expiries: list[float] = []
         for lease in items:
             meta = lease.get("metadata") or {}
             spec = lease.get("spec") or {}
@@ -134,6 +211,9 @@ class RangeKeeper:
             if component == names.COMPONENT_SHARD_RANGE and index is not None:
                 seen.append(ranges_mod.RangeLease(index=index, holder=holder, expired=expired))
                 observed[index] = lease
+                if holder and holder != self.identity and not expired:
+                    expiries.append(now + float(spec.get("leaseDurationSeconds") or self.lease_seconds) - age)
+        self._expiries = expiries
         self._sightings.forget_except(str((lz.get("metadata") or {}).get("name")) for lz in items)
         self.members = tuple(sorted(set(members) | {self.identity}))
         moves = ranges_mod.plan_moves(me=self.identity, members=self.members, leases=seen,
@@ -207,9 +287,10 @@ class RangeKeeper:
     async def stop(self) -> None:
         """At shutdown: hand every range back and leave, so the others take over at once."""
         self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._watch_task):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         for index in list(self.held):
             await self.hand_back(index)
         metrics.SHARD_RANGES_HELD.set(0)
