@@ -143,7 +143,7 @@ class RangeKeeper:
 
     async def _watch(self) -> None:
         """Sightings as renewals are written, and a wake-up when a range is handed back (free
-        at once) or its Lease deleted. Best effort: without it the ticks' lists still see every
+        at once) or a Lease deleted (a member that left). Best effort: without it the ticks' lists still see every
         version, only later."""
         failures = 0
         while not self._stopping:
@@ -163,8 +163,10 @@ class RangeKeeper:
                     if kind != "DELETED":
                         self._sightings.observe(name=str(meta.get("name")), version=str(meta.get("resourceVersion")),
                                                 now=self.clock.monotonic())
-                    freed = kind == "DELETED" or not (obj.get("spec") or {}).get("holderIdentity")
-                    if freed and _range_index(str(meta.get("name")), ranges=self.ranges) is not None:
+                    # A member gone (its Lease deleted at SIGTERM) or a range handed back: the
+                    # shares change now, so look now.
+                    is_range = _range_index(str(meta.get("name")), ranges=self.ranges) is not None
+                    if kind == "DELETED" or (is_range and not (obj.get("spec") or {}).get("holderIdentity")):
                         self._wake.set()
                 failures = 0
             except asyncio.CancelledError:
