@@ -173,7 +173,10 @@ class RangeKeeper:
                 raise
             except Exception as exc:
                 failures += 1
-                log.debug("watch of the range Leases failed: %s", client.short(exc))
+                # Said once per run of failures (a Role without `watch` on Leases keeps failing;
+                # the ticks' lists still see every version, only later).
+                (log.warning if failures == 1 else log.debug)(
+                    "watch of the range Leases failed: %s; ranges are still seen at each tick", client.short(exc))
                 await asyncio.sleep(min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.8, 1.2))
 
     def _announce(self) -> None:
