@@ -132,6 +132,8 @@ class RangeKeeper:
                 raise
             except Exception as exc:  # API trouble: held ranges go stale by themselves; next tick
                 log.warning("range tick failed: %s", client.short(exc))
+                # Looked at by no list now: the next look is the next round, not a retry loop.
+                self._expiries = []
             if renew:
                 renewed_at = started
             self._announce()

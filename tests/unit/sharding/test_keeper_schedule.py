@@ -22,3 +22,43 @@ SLACK = keeper.EXPIRY_LOOK_SLACK_SECONDS
 ])
 def test_the_next_look(now: float, renewed_at: float, expiries: list[float], expected: float) -> None:
     assert keeper.next_look_in(now=now, renewed_at=renewed_at, period=5.0, expiries=expiries) == pytest.approx(expected)
+
+
+def test_a_failing_tick_waits_for_the_next_round_instead_of_looping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An expiry looked for by a tick that then failed (the API server unreachable) must not make
+    the loop retry every 0.1 s: found by the sharded chaos orderings, where a replica whose
+    requests went through a stopped proxy logged `range tick failed` ten times a second. The
+    adapter (baton.k8s.shardleases) is replaced at its boundary: every call fails."""
+    import asyncio
+
+    from baton import clock as clock_mod
+    from baton.k8s import shardleases
+
+    calls: list[str] = []
+
+    async def unreachable(*_: object, **__: object) -> object:
+        calls.append("call")
+        raise ConnectionError("Cannot connect to host 127.0.0.1")
+
+    def no_watch(*_: object, **__: object) -> object:
+        raise ConnectionError("Cannot connect to host 127.0.0.1")
+
+    for name in ("list_all", "list_at", "join", "renew", "take_range", "release", "leave"):
+        monkeypatch.setattr(shardleases, name, unreachable)
+    monkeypatch.setattr(shardleases, "watch", no_watch)
+
+    async def run() -> int:
+        k = keeper.RangeKeeper(identity="op-a", namespace="ns", ranges=4, lease_seconds=3, clock=clock_mod.Clock(),
+                               on_gained=lambda i: None, on_lost=lambda i: None)
+        # A range of another's, judged about to expire just now (as a successful tick would have left it).
+        k._expiries = [k.clock.monotonic() - 1.0]
+        task = asyncio.create_task(k._run())
+        await asyncio.sleep(1.5)  # a period is 1 s (a third of the Lease)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return len(calls)
+
+    made = asyncio.run(run())
+    # Two rounds in 1.5 s, each a membership write and a list (one call each, failing); a loop
+    # every 0.1 s would have made about thirty.
+    assert made <= 6, made
