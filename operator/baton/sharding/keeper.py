@@ -153,8 +153,7 @@ class RangeKeeper:
                 items, version = await shardleases.list_at(self.namespace)
                 now = self.clock.monotonic()
                 for listed in items:
-                    meta = listed.get("metadata") or {}
-                    self._sightings.observe(name=str(meta.get("name")), version=str(meta.get("resourceVersion")), now=now)
+                    self._sight(listed, now)
                 async for event in shardleases.watch(self.namespace, resource_version=version):
                     kind, obj = event.get("type"), event.get("object")
                     if not isinstance(obj, dict) or kind not in ("ADDED", "MODIFIED", "DELETED"):
@@ -163,8 +162,7 @@ class RangeKeeper:
                         continue
                     meta = obj.get("metadata") or {}
                     if kind != "DELETED":
-                        self._sightings.observe(name=str(meta.get("name")), version=str(meta.get("resourceVersion")),
-                                                now=self.clock.monotonic())
+                        self._sight(obj, self.clock.monotonic())
                     # A member gone (its Lease deleted at SIGTERM) or a range handed back: the
                     # shares change now, so look now.
                     is_range = _range_index(str(meta.get("name")), ranges=self.ranges) is not None
@@ -180,6 +178,11 @@ class RangeKeeper:
                 (log.warning if failures == 1 else log.debug)(
                     "watch of the range Leases failed: %s; ranges are still seen at each tick", client.short(exc))
                 await asyncio.sleep(min(10.0, 0.5 * 2 ** min(failures, 5)) * random.uniform(0.8, 1.2))
+
+    def _sight(self, lease: dict[str, Any], now: float) -> float:
+        """Record a sighting of `lease` at its version; how long that version has been seen."""
+        meta = lease.get("metadata") or {}
+        return self._sightings.observe(name=str(meta.get("name")), version=str(meta.get("resourceVersion")), now=now)
 
     def _announce(self) -> None:
         """Tell the controller which ranges became its own or stopped being so since last time
@@ -208,7 +211,7 @@ class RangeKeeper:
             meta = lease.get("metadata") or {}
             spec = lease.get("spec") or {}
             name = str(meta.get("name"))
-            age = self._sightings.observe(name=name, version=str(meta.get("resourceVersion")), now=now)
+            age = self._sight(lease, now)
             expired = age >= float(spec.get("leaseDurationSeconds") or self.lease_seconds)
             holder = spec.get("holderIdentity") or None
             component = (meta.get("labels") or {}).get(names.LABEL_COMPONENT)
