@@ -637,6 +637,18 @@ class Server:
             self.violation(f"{replica}: create of g{gen} sent, but history already has it")
         self.creates_sent.append(gen)
 
+    def create_attempted(self, replica: str, gen: int, token: int) -> None:
+        """Invariant 2, on every create sent (held in the network or not): a number is sent under
+        one fencing token only while a create of it may still land. A create sent under an
+        earlier token and still held could land after this number's pod has come and gone: a
+        second pod of one generation (chaos seed 11179)."""
+        earlier = sorted({str(h.body["metadata"]["annotations"][names.ANN_FENCING_TOKEN]) for h in self.held
+                          if h.what == "create" and int(h.body["metadata"]["labels"][names.LABEL_GENERATION]) == gen
+                          and int(h.body["metadata"]["annotations"][names.ANN_FENCING_TOKEN]) != token})
+        if earlier:
+            self.violation(f"{replica}: create of g{gen} sent under fencing token {token}, after one under "
+                           f"{earlier} that may still land")
+
     # --- held requests -------------------------------------------------------------------------
 
     def deliver(self, i: int) -> None:
@@ -830,6 +842,10 @@ class FakeApi:
             what = "status"
         elif method == "DELETE" and "/pods/" in path:
             what = "delete"
+        if what == "create" and not s.delivering:
+            meta = body["metadata"]
+            s.create_attempted(s.sender or "?", int(meta["labels"][names.LABEL_GENERATION]),
+                               int(meta["annotations"][names.ANN_FENCING_TOKEN]))
         if what is not None and what in s.delay_next:
             s.delay_next.discard(what)
             s.held.append(Held(s.sender or "?", method, path, body, content_type, what, s.rv))

@@ -905,6 +905,40 @@ def test_a_create_landing_after_its_number_was_given_up_is_refused_by_name_then_
         m.undo()
 
 
+def test_a_holder_resuming_another_holders_create_gives_its_number_up() -> None:
+    """Found by the sharded chaos orderings (seed 11179): a holder sent g2's create, held in the
+    network, and went away; the next holder resumed at Creating and created g2 itself; that pod
+    was retired (a suspend), then the held create landed on the free name: a second pod of g2.
+    Now the resume gives 2 up (no pod of it in view) and creates g3; the late g2 pod is a stray of
+    a number nobody serves, retired by UID. The judge `create_attempted` fails here on the code
+    before: "create of g2 sent under fencing token 3, after one under ['2'] that may still land"."""
+    m = BatonModel()
+    srv = m.server
+    try:
+        r = _handoff_with_its_create_held(m)
+        s = srv.status()
+        assert s is not None and s.transition is not None and s.transition.to == 2, s
+        r.restart()  # whoever resumes holds a new token; what it sent before is still in the network
+        m.run_for(10)
+        assert not srv.violations, "\n".join(srv.violations)
+        s = srv.status()
+        assert s is not None and s.current is not None and s.current.generation == 3 and s.latest_generation == 3, s
+        m.suspend(True)
+        m.run_for(20)
+        assert not srv.pods(), srv.pods()
+        srv.deliver(0)  # the held create of g2 lands now, on the free name
+        m.suspend(False)
+        m.run_until_settled(120, budgets={})
+        assert not srv.violations, "\n".join(srv.violations)
+        gens = [g for g in srv.all_pod_uids.values() if g is not None]
+        assert sorted(gens) == sorted(set(gens)) and 2 in gens, srv.all_pod_uids  # one pod per number
+        s = srv.status()
+        assert s is not None and s.current is not None and s.current.generation >= 4, s
+        assert [h.generation for h in s.history].count(2) <= 1, s.history
+    finally:
+        m.undo()
+
+
 def test_stopping_admission_on_a_pod_gone_behind_the_view_is_not_repeated() -> None:
     """The pod was deleted by someone else while the holder's Pod watch was behind; a reset
     began and planned to stop admission on it. The API server answers that UID is gone: the

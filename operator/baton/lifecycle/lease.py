@@ -41,16 +41,24 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
         if status.fencing_token < lease.token and status.transition is not None:
             # Resuming someone's transition: write our token before any step is acted on.
             resumed = transitions.stamped(o, now)
+            said = (f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
+                    f"resuming {st.text(status.transition.kind)} at step {st.text(status.transition.step)}")
+            if create_may_be_in_flight(o):
+                # The holder before may have sent this number's create, still held in the
+                # network: sent again here, a late one could land after this pod has come and
+                # gone, a second pod of one number (chaos seed 11179). Give the number up in
+                # the same write; a late pod is then a stray of a number nobody serves.
+                given_up = status.transition.to
+                nxt = transitions.next_generation(o)
+                moved = status.transition.model_copy(update={"to": nxt, "to_uid": None})
+                resumed = conditions.step_conditions(
+                    resumed.model_copy(update={"transition": moved,
+                                               "latest_generation": max(status.latest_generation, nxt)}),
+                    o, now, moved)
+                said += (f"; generation {given_up} given up (its create may still be in flight under "
+                         f"fencing token {status.fencing_token}), generation {nxt} is created instead")
             return p.Plan(
-                (
-                    p.WriteStatus(resumed),
-                    p.Event(
-                        "Normal",
-                        st.Reason.LEASE_ACQUIRED.value,
-                        f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
-                        f"resuming {st.text(status.transition.kind)} at step {st.text(status.transition.step)}",
-                    ),
-                ),
+                (p.WriteStatus(resumed), p.Event("Normal", st.Reason.LEASE_ACQUIRED.value, said)),
                 0,
                 "write fencing token before resuming",
             )
@@ -102,3 +110,12 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
         elif waited < budget:
             wait = min(wait, budget - waited + 0.05)
     return p.Plan(tuple(actions), wait, f"Lease held by {lease.holder}", lease_wait=True)
+
+
+def create_may_be_in_flight(o: obs.Observed) -> bool:
+    """Whether status is in Creating with a number whose create another holder may have sent,
+    and no pod of that number is in view: resuming must not send that number again."""
+    t = o.status.transition
+    if t is None or t.step != st.Step.CREATING or t.to is None:
+        return False
+    return not any(pod.generation == t.to for pod in o.owned_pods())

@@ -12,16 +12,22 @@ from harness.chaos.checks import check_lease_log, check_pods, check_runtime_log
 from harness.watchlog import PodEvent, PodWatch
 
 
-def _pods(*events: tuple[str, str, int, int, str]) -> PodWatch:
-    """A PodWatch holding (type, uid, generation, resourceVersion, fencing token) events of
-    runtime "alpha", without a watch behind it."""
+def _pods(*events: tuple[Any, ...]) -> PodWatch:
+    """A PodWatch holding (type, uid, generation, resourceVersion, fencing token[, serving])
+    events of runtime "alpha", without a watch behind it."""
     w = PodWatch.__new__(PodWatch)
     w._lock = threading.Lock()
-    w.events = [PodEvent(type=t, name="alpha", uid=u, generation=g, resource_version=rv, received=0.0,
-                               deleting=False, annotations={"baton.dev/fencing-token": tok}, created=None,
-                               node=None, labels={"baton.dev/runtime": "alpha", "baton.dev/generation": str(g)})
-                for t, u, g, rv, tok in events]
+    w.events = [PodEvent(type=e[0], name="alpha", uid=e[1], generation=e[2], resource_version=e[3], received=0.0,
+                         deleting=False, annotations={"baton.dev/fencing-token": e[4]}, created=None, node=None,
+                         labels={"baton.dev/runtime": "alpha", "baton.dev/generation": str(e[2]),
+                                 "baton.dev/serving": "true" if e[5:] and e[5] else "false"})
+                for e in events]
     return w
+
+
+def _life(uid: str, gen: int, rv: int, token: str, *, served: bool = True) -> list[tuple[Any, ...]]:
+    """One pod's events: ADDED, (labelled serving), DELETED."""
+    return [("ADDED", uid, gen, rv, token), ("MODIFIED", uid, gen, rv + 1, token, served), ("DELETED", uid, gen, rv + 2, token)]
 
 
 def _rt(rv: int, **status: Any) -> tuple[str, int, dict[str, Any]]:
@@ -62,9 +68,30 @@ def test_pods_one_at_a_time_and_generations_once() -> None:
     overlap = _pods(("ADDED", "u1", 1, 10, "1"), ("ADDED", "u2", 2, 11, "2"), ("DELETED", "u1", 1, 12, "1"))
     assert any("still existed" in v for v in check_pods(overlap))
     reused = _pods(("ADDED", "u1", 1, 10, "1"), ("DELETED", "u1", 1, 11, "1"), ("ADDED", "u2", 1, 12, "2"))
-    assert any("not increasing" in v for v in check_pods(reused))
+    assert any("names two pods" in v for v in check_pods(reused))
+    backwards = _pods(*_life("u1", 2, 10, "1"), *_life("u2", 1, 20, "2"))
+    assert any("not increasing" in v for v in check_pods(backwards))
     lower = _pods(("ADDED", "u1", 1, 10, "3"), ("DELETED", "u1", 1, 11, "3"), ("ADDED", "u2", 2, 12, "2"))
     assert any("lower fencing token" in v for v in check_pods(lower))
+
+
+def test_a_late_stray_of_a_number_given_up_is_exempt_from_the_order_only() -> None:
+    """Chaos seed 11179, as the fix makes it: token 4 sent g3's create (held in the network) and
+    left; token 5 resumed at Creating, gave 3 up and created g4; g4 was retired (a suspend);
+    the held g3 create landed on the free name (never serving, retired as a stray); then g5."""
+    late = _life("u3", 3, 40, "4", served=False)
+    seed = _pods(*_life("u1", 1, 10, "1"), *_life("u2", 2, 20, "2"), *_life("u4", 4, 30, "5", served=False),
+                 *late, *_life("u5", 5, 50, "6"))
+    assert seed.late_strays("alpha") == {"u3"}
+    assert check_pods(seed) == []
+    # The same pod serving is a number out of order; under a token not below the ones before,
+    # it is no fenced-out holder's late create; a number used twice is never exempt.
+    served = _pods(*_life("u1", 1, 10, "1"), *_life("u4", 4, 30, "5"), *_life("u3", 3, 40, "4", served=True))
+    assert any("not increasing" in v for v in check_pods(served))
+    unfenced = _pods(*_life("u1", 1, 10, "1"), *_life("u4", 4, 30, "5"), *_life("u3", 3, 40, "5", served=False))
+    assert any("not increasing" in v for v in check_pods(unfenced))
+    twice = _pods(*_life("u1", 1, 10, "1"), *_life("u4", 4, 30, "5"), *_life("u1b", 1, 40, "4", served=False))
+    assert any("names two pods" in v for v in check_pods(twice))
 
 
 def test_counters_never_decrease_and_history_never_changes() -> None:

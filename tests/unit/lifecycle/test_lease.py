@@ -116,8 +116,12 @@ RESUME: list[tuple[str, obs.Observed, list[Any], float | None]] = [
      [], 30.0),
     ("CleanupFailed", b.observed(status_=held(), pods=(OLD_STUCK,), spec_=b.spec(force=True), desired_hash=b.HASH2),
      [WS(FORCED_AWAIT), step_time("CleanupFailed"), Ev("Normal", "ForceRecovered"), Rec(M.FORCE_RECOVERIES)], 0),
-    ("Creating", b.observed(status_=creating(), pods=(), desired_hash=b.HASH2),
-     [NewPod(gen=8, token=9, template_hash=b.HASH2)], 0),
+    # Creating keeps its number only when a pod of that number is in view (without one, the
+    # number is given up: test_resume_in_creating_gives_a_number_with_no_pod_up below).
+    ("Creating", b.observed(status_=creating(), pods=(b.pending(8),), desired_hash=b.HASH2),
+     [WS({"transition.step": S.CONNECTING, "transition.to": 8, "transition.to_uid": "uid-8"}), step_time("Creating")], 0),
+    ("Creating-no-number-yet", b.observed(status_=creating(to=None), pods=(), desired_hash=b.HASH2),
+     [NewPod(gen=9, token=9, template_hash=b.HASH2)], 0),
     ("Connecting", b.observed(status_=connecting(deadline=40.0), pods=(b.pending(8),), desired_hash=b.HASH2),
      [], 40.0),
     ("Finalizing", b.observed(status_=b.in_flight(DEL_FIN, gen=None), pods=(), deleting=True),
@@ -148,3 +152,37 @@ def test_resume_continues_same_step(o: obs.Observed, expected: list[Any], wait: 
     resumed = o.model_copy(update={"status": write.status})
     assert resumed.status.transition == o.status.transition  # same step, same target generation
     check_plan(decide(resumed, NOW), expected, wait)
+
+
+def test_resume_in_creating_gives_a_number_with_no_pod_up() -> None:
+    """Chaos seed 11179: the holder before (token 5) may have sent g8's create, held in the
+    network; sent again here, the late one could land after this g8 came and went, a second pod
+    of one number. So the resume gives 8 up in the write of its token: Creating g9,
+    latestGeneration 9, said in the event; the next pass creates g9 under token 9."""
+    o = _taken_over(b.observed(status_=creating(), pods=(), desired_hash=b.HASH2))
+    first = decide(o, NOW)
+    check_plan(first, [
+        WS({"fencing_token": 9, "holder": b.ME, "latest_generation": 9, "transition.step": S.CREATING,
+            "transition.to": 9, "transition.from_": 7, "Progressing": ("True", "Creating")}),
+        Ev("Normal", "LeaseAcquired", "resuming Handoff at step Creating; generation 8 given up (its create may "
+           "still be in flight under fencing token 5), generation 9 is created instead"),
+    ], 0)
+    (write,) = first.find(p.WriteStatus)
+    assert write.status.transition is not None and o.status.transition is not None
+    assert write.status.transition.step_started_at == o.status.transition.step_started_at  # the budget runs on
+    check_plan(decide(o.model_copy(update={"status": write.status}), NOW), [NewPod(gen=9, token=9, template_hash=b.HASH2)], 0)
+
+
+def test_resume_in_creating_keeps_a_number_given_up_before_above_it() -> None:
+    """A number given up before (latestGeneration 12, above every pod and entry) is not reused:
+    the new number is one above it."""
+    o = _taken_over(b.observed(status_=creating().model_copy(update={"latest_generation": 12}), pods=(),
+                               desired_hash=b.HASH2))
+    check_plan(decide(o, NOW), [WS({"latest_generation": 13, "transition.to": 13}), Ev("Normal", "LeaseAcquired")], 0)
+
+
+def test_a_holder_resuming_its_own_creating_keeps_the_number() -> None:
+    """Status carries this Lease's token: nothing was resumed, the create is sent as planned."""
+    o = b.observed(status_=creating().model_copy(update={"fencing_token": 9}), pods=(), lease=b.lease_mine(9),
+                   desired_hash=b.HASH2)
+    check_plan(decide(o, NOW), [NewPod(gen=8, token=9, template_hash=b.HASH2)], 0)
