@@ -41,7 +41,7 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
         if status.fencing_token < lease.token and status.transition is not None:
             # Resuming someone's transition: write our token before any step is acted on.
             resumed = transitions.stamped(o, now)
-            said = (f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
+            told = (f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
                     f"resuming {st.text(status.transition.kind)} at step {st.text(status.transition.step)}")
             if create_may_be_in_flight(o):
                 # The holder before may have sent this number's create, still held in the
@@ -55,10 +55,10 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
                     resumed.model_copy(update={"transition": moved,
                                                "latest_generation": max(status.latest_generation, nxt)}),
                     o, now, moved)
-                said += (f"; generation {given_up} given up (its create may still be in flight under "
+                told += (f"; generation {given_up} given up (its create may still be in flight under "
                          f"fencing token {status.fencing_token}), generation {nxt} is created instead")
             return p.Plan(
-                (p.WriteStatus(resumed), p.Event("Normal", st.Reason.LEASE_ACQUIRED.value, said)),
+                (p.WriteStatus(resumed), p.Event("Normal", st.Reason.LEASE_ACQUIRED.value, told)),
                 0,
                 "write fencing token before resuming",
             )
