@@ -11,6 +11,7 @@ import pytest
 from kubernetes import client
 
 from dev.wait import stays, wait_for
+from harness import apiproxy
 from harness.operator import OperatorProcess
 from harness.runtimes import Runtimes, runtime_manifest
 from harness.watchlog import PodWatch
@@ -188,3 +189,46 @@ def test_each_runtimes_series_are_exported_by_one_replica_and_the_survivor_takes
     took = time.monotonic() - t0
     print(f"op-c exports every runtime's series {took:.1f}s after {survivor} stopped cleanly")
     assert coord.read_namespaced_lease(lease.metadata.name, namespace).spec.holder_identity == "op-c"
+
+
+def test_a_holder_resuming_another_holders_create_gives_its_number_up(
+        operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any, tmp_path: Any) -> None:
+    """Invariant 2 on the real plane (chaos seed 11179): op-b sent g2's create, held in the
+    network, and froze; op-a took the Lease over at Creating. Had it created g2 itself, the held
+    create could land once that g2 had come and gone (here: suspended), a second pod of g2. op-a
+    gives 2 up and creates g3; the held create then lands on the free name as a stray of a number
+    nobody serves, is retired by UID, and never serves."""
+    (tmp_path / "proxy").mkdir()
+    with apiproxy.ApiProxy(cluster.kubeconfig, tmp_path / "proxy") as proxy:
+        b = operators("op-b", kubeconfig=proxy.kubeconfig)
+        rts.create(runtime_manifest("num"))
+        rts.wait_ready("num", 1)
+        proxy.hold(apiproxy.matching(method="POST", path=rf"/api/v1/namespaces/{rts.ns}/pods"))
+        rts.set_image("num", "example/tool:2")
+
+        def b_creating() -> int | None:
+            st = rts.status("num")
+            t = st.get("transition") or {}
+            held = t.get("step") == "Creating" and t.get("to") == 2 and st.get("holder") == "op-b"
+            return int(st["fencingToken"]) if held and proxy.held_count() > 0 else None
+        token = wait_for(b_creating, timeout=30, interval=0.1, what="op-b's create of g2 held in the proxy")
+        b.signal(signal.SIGSTOP)
+        try:
+            a = operators("op-a")
+            st = rts.wait_ready("num", 3, timeout=LEASE_SECONDS + 30)
+            assert st["fencingToken"] > token and st["holder"] == "op-a" and st["latestGeneration"] == 3, st
+            wait_for(lambda: "generation 2 given up" in a.log_text(), timeout=5, what="op-a's give-up logged")
+            rts.patch("num", {"spec": {"suspend": True}})
+            wait_for(lambda: rts.pod("num") is None, timeout=30, what="g3 retired: the name free")
+            (landed,) = proxy.release(timeout=20)
+            assert landed.status == 201, landed  # the late create of g2, accepted on the free name
+            late = wait_for(lambda: pod_watch.added_gen("num", 2), timeout=10, what="the late g2 pod seen")[0]
+            wait_for(lambda: late.uid in {e.uid for e in pod_watch.deleted("num")}, timeout=60,
+                     what="the late g2 pod retired")
+        finally:
+            b.signal(signal.SIGCONT)
+        rts.patch("num", {"spec": {"suspend": False}})
+        st = rts.wait_ready("num", 4, timeout=60)
+    assert pod_watch.assert_one_pod_per_generation("num") == [1, 3, 2, 4]
+    assert pod_watch.late_strays("num") == {late.uid} and late.uid not in pod_watch.served("num")
+    assert [h["generation"] for h in st["history"]].count(2) == 1, st["history"]
