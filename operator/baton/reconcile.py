@@ -43,6 +43,8 @@ class Memory(snapshot.Learnt):
             self.last_error = outcome.last_error
         if outcome.pod_rejected is not None:
             self.pod_rejected = outcome.pod_rejected
+        if outcome.create_in_doubt is not None:
+            self.create_in_doubt = outcome.create_in_doubt  # inert once that number is given up
         if outcome.name_taken is not None:
             self.name_taken = outcome.name_taken
         if outcome.service_taken is not None:

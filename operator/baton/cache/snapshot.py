@@ -55,6 +55,7 @@ class Learnt:
     idle_checked_at: datetime.datetime | None = None  # last drain probe for a change waiting for idle
     last_error: str | None = None
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
+    create_in_doubt: int | None = None  # our create of this generation got no definite answer
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
     namespace_terminating: bool = False  # our Lease create was refused: the namespace is being deleted
@@ -297,6 +298,7 @@ async def read_snapshot(
         idle_checked_at=learnt.idle_checked_at,
         last_error=learnt.last_error,
         pod_rejected=learnt.pod_rejected,
+        create_in_doubt=learnt.create_in_doubt,
         namespace_terminating=learnt.namespace_terminating,
         lease_outside_view=learnt.lease_outside_view,
         service_error=learnt.service_error,

@@ -186,7 +186,14 @@ async def delete_endpoint_slice(ctx: Context, action: plan.DeleteEndpointSlice) 
 async def create_pod(ctx: Context, action: plan.CreatePod) -> None:
     ns, _ = ctx.key
     try:
-        ctx.views.apply(await pods.create_pod(ns, action.manifest), "Pod")
+        try:
+            ctx.views.apply(await pods.create_pod(ns, action.manifest), "Pod")
+        except Exception as exc:
+            if not (isinstance(exc, client.ApiError) and exc.status is not None and 400 <= exc.status < 500):
+                # No definite answer (a timeout, a dropped connection, a 5xx): the create may still
+                # land, so decide() gives its number up rather than send it again (invariant 2).
+                ctx.outcome.create_in_doubt = int(action.manifest["metadata"]["labels"][names.LABEL_GENERATION])
+            raise
         ctx.outcome.name_taken = False
     except client.ApiError as exc:
         if client.is_conflict(exc):

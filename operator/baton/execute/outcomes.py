@@ -25,6 +25,7 @@ class Outcome:
     ran_through: bool = False  # every action ran: the last error and pod rejection are recorded in status
     last_error: str | None = None  # the failed action's error
     pod_rejected: str | None = None  # the API server's refusal of this plan's pod create
+    create_in_doubt: int | None = None  # the generation whose create got no definite answer
     name_taken: bool | None = None  # whether a pod holds the runtime's name (create or ConfirmNoPod)
     service_taken: bool | None = None  # whether a Service we do not own holds the name
     service_error: str | None = None  # the API server's refusal of our Service write; "" once one succeeded

@@ -58,6 +58,14 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
         return transitions.advance(o, t, now, st.Step.CONNECTING, deadline=now + transitions.seconds(o.spec.budgets.connect_seconds),
                         to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash,
                         attempt=None, not_before=None, message=None)
+    if o.create_in_doubt == to:
+        # Our create of `to` got no answer and no pod of it is in view: read the name fresh (it
+        # may have landed), else give the number up; the late pod, if it lands, is a stray.
+        status, nxt = transitions.number_given_up(o, t, now, number=to)
+        msg = (f"the create of generation {to} got no answer ({o.last_error or 'no error recorded'}); it may "
+               f"still land, so generation {to} is given up and generation {nxt} is created instead")
+        return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status), p.Event("Warning", st.Reason.CREATE_IN_DOUBT.value, msg)),
+                      0, f"g{to} given up: its create got no answer")
     if o.spec_error is not None:
         return transitions.blocked(o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.INVALID_SPEC,
                                    message=f"spec cannot be read: {o.spec_error}", wait=None)

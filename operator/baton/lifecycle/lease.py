@@ -9,6 +9,7 @@ from typing import Callable
 from baton.lifecycle import conditions
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
+from baton.model import names
 from baton.model import observed as obs
 from baton.model import status as st
 
@@ -43,22 +44,22 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
             resumed = transitions.stamped(o, now)
             told = (f"{o.identity} holds the lifecycle Lease (fencing token {lease.token}); "
                     f"resuming {st.text(status.transition.kind)} at step {st.text(status.transition.step)}")
+            confirm: tuple[p.Action, ...] = ()
             if create_may_be_in_flight(o):
                 # The holder before may have sent this number's create, still held in the
                 # network: sent again here, a late one could land after this pod has come and
-                # gone, a second pod of one number (chaos seed 11179). Give the number up in
-                # the same write; a late pod is then a stray of a number nobody serves.
+                # gone, a second pod of one number (chaos seed 11179). The name is read fresh
+                # first (its pod may be there, behind our view: then the number is kept), then
+                # the number is given up in the write of our token; a late pod is a stray.
                 given_up = status.transition.to
-                nxt = transitions.next_generation(o)
-                moved = status.transition.model_copy(update={"to": nxt, "to_uid": None})
-                resumed = conditions.step_conditions(
-                    resumed.model_copy(update={"transition": moved,
-                                               "latest_generation": max(status.latest_generation, nxt)}),
-                    o, now, moved)
+                assert given_up is not None
+                resumed, nxt = transitions.number_given_up(o, status.transition, now, number=given_up)
                 told += (f"; generation {given_up} given up (its create may still be in flight under "
                          f"fencing token {status.fencing_token}), generation {nxt} is created instead")
+                if o.pod_by_name(names.pod_name(o.name)) is None:
+                    confirm = (p.ConfirmNoPod(names.pod_name(o.name)),)
             return p.Plan(
-                (p.WriteStatus(resumed), p.Event("Normal", st.Reason.LEASE_ACQUIRED.value, told)),
+                (*confirm, p.WriteStatus(resumed), p.Event("Normal", st.Reason.LEASE_ACQUIRED.value, told)),
                 0,
                 "write fencing token before resuming",
             )

@@ -65,6 +65,17 @@ def next_generation(o: obs.Observed) -> int:
     return max(seen) + 1
 
 
+def number_given_up(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, number: int) -> tuple[st.ToolRuntimeStatus, int]:
+    """Status with Creating moved from `number` to the next number, latestGeneration raised with
+    it: a create of `number` may still land (ours unanswered, or another holder's), and sent
+    again it could land once that pod had come and gone, a second pod of one number."""
+    nxt = max(next_generation(o), number + 1)
+    moved = t.model_copy(update={"to": nxt, "to_uid": None, "attempt": None, "not_before": None})
+    status = stamped(o, now).model_copy(update={"transition": moved,
+                                                "latest_generation": max(o.status.latest_generation, nxt)})
+    return conditions.step_conditions(status, o, now, moved), nxt
+
+
 def retiring(
     o: obs.Observed,
     now: datetime.datetime,

@@ -160,6 +160,9 @@ class Observed(base.Model):
     last_error: str | None = None  # the last action of this runtime that failed, if any
     # The API server refused the last pod create (4xx other than AlreadyExists): its message.
     pod_rejected: str | None = None
+    # Our create of this generation got no definite answer (a timeout, a dropped connection, a
+    # 5xx): it may still land, so the number is never sent again (invariant 2).
+    create_in_doubt: int | None = None
     # A Lease create was refused because the runtime's namespace is being deleted: nothing can be
     # created there again, by anyone (pods included), so a deletion finishes without the Lease.
     namespace_terminating: bool = False

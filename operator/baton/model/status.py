@@ -75,6 +75,7 @@ class Reason(str, enum.Enum):
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
+    CREATE_IN_DOUBT = "CreateInDoubt"
     STALE_RESET = "StaleReset"
     STALE_FORCE_RECOVERY = "StaleForceRecovery"
     CLEANUP_FAILED = "CleanupFailed"

@@ -17,7 +17,8 @@ from .. import builders
 from . import fakes
 
 KEY = (builders.NS, builders.RT)
-POD = {"metadata": {"name": builders.RT, "namespace": builders.NS}}
+GEN = 8
+POD = {"metadata": {"name": builders.RT, "namespace": builders.NS, "labels": {"baton.dev/generation": str(GEN)}}}
 
 
 def _executor(manual: clock.Manual) -> executor.Executor:
@@ -65,27 +66,29 @@ def test_an_empty_plan_learns_nothing() -> None:
     assert outcome == outcomes.Outcome()
 
 
-@pytest.mark.parametrize(("error", "ok", "last_error", "pod_rejected", "name_taken"), [
+@pytest.mark.parametrize(("error", "ok", "last_error", "pod_rejected", "name_taken", "in_doubt"), [
     # AlreadyExists: the API server kept the one name; the next pass reads it fresh.
-    (api.ApiError(409, "AlreadyExists", "pods \"x\" already exists"), True, None, None, True),
+    (api.ApiError(409, "AlreadyExists", "pods \"x\" already exists"), True, None, None, True, None),
     # Refused for good as sent: recorded by decide(), quoting the API server.
     (api.ApiError(422, "Invalid", "spec.containers: Required value"), False, None,
-     "422 Invalid: spec.containers: Required value", None),
-    (api.ApiError(403, "Forbidden", "exceeded quota"), False, None, "403 Forbidden: exceeded quota", None),
-    # Transient: an error, backed off, nothing recorded as refused.
-    (api.ApiError(429, "TooManyRequests", "slow down"), False, "429 TooManyRequests: slow down", None, None),
-    (api.ApiError(500, "InternalError", "etcd"), False, "500 InternalError: etcd", None, None),
-    (ConnectionError("reset"), False, "ConnectionError: reset", None, None),
+     "422 Invalid: spec.containers: Required value", None, None),
+    (api.ApiError(403, "Forbidden", "exceeded quota"), False, None, "403 Forbidden: exceeded quota", None, None),
+    # Transient and definite (not done): an error, backed off, the number kept.
+    (api.ApiError(429, "TooManyRequests", "slow down"), False, "429 TooManyRequests: slow down", None, None, None),
+    # No definite answer: the create may still land, its number is in doubt (given up by decide()).
+    (api.ApiError(500, "InternalError", "etcd"), False, "500 InternalError: etcd", None, None, GEN),
+    (ConnectionError("reset"), False, "ConnectionError: reset", None, None, GEN),
+    (TimeoutError("no answer"), False, "TimeoutError: no answer", None, None, GEN),
 ])
 def test_a_pod_create_refused_comes_back_as_the_outcome(
         sent: list[str], monkeypatch: pytest.MonkeyPatch, error: Exception, ok: bool, last_error: str | None,
-        pod_rejected: str | None, name_taken: bool | None) -> None:
+        pod_rejected: str | None, name_taken: bool | None, in_doubt: int | None) -> None:
     _create_fails(monkeypatch, error)
     ex = _executor(fakes.new_clock())
     _hold(ex)
     outcome, _ = _run(ex, plan.CreatePod(POD), plan.AddFinalizer())
-    assert (outcome.ok, outcome.last_error, outcome.pod_rejected, outcome.name_taken) == (
-        ok, last_error, pod_rejected, name_taken)
+    assert (outcome.ok, outcome.last_error, outcome.pod_rejected, outcome.name_taken, outcome.create_in_doubt) == (
+        ok, last_error, pod_rejected, name_taken, in_doubt)
     assert outcome.ran_through is ok and not outcome.again_now
     assert bool(sent) is ok  # stopped at the first failure; a refusal by name is not one
 

@@ -13,8 +13,8 @@ from baton.model import observed as obs
 from baton.model import status as st
 
 from .. import builders as b
-from ..expect import WS, Ev, Rec, case, check_decide, step_time
-from .shapes import C, K, M, NOW, S, T, at, connecting, name, started
+from ..expect import WS, Ev, NewPod, Rec, case, check_decide, step_time
+from .shapes import C, K, M, NOW, S, T, at, connecting, creating, name, started
 
 pytestmark = pytest.mark.unit
 
@@ -129,3 +129,46 @@ def test_connecting_whose_pod_is_lost_retires_another_pod_holding_the_name() -> 
     t = ws.status.transition
     assert t is not None and t.step != st.Step.CREATING and t.from_uid == "uid-8b" and t.to == 9, t
     assert any(h.uid == "uid-8" and h.outcome == st.Outcome.LOST for h in ws.status.history), ws.status.history
+
+
+# A create with no definite answer (invariant 2) ---------------------------------------------------
+
+def _in_doubt(**kw: Any) -> obs.Observed:
+    """Creating g8 under this Lease (token 5); our create of g8 timed out."""
+    return b.observed(status_=creating(), desired_hash=b.HASH2, create_in_doubt=8,
+                      last_error="TimeoutError: no answer", **kw)
+
+
+def test_a_create_with_no_answer_gives_its_number_up_after_reading_the_name() -> None:
+    """Sent again, the first create could land once that pod had come and gone: a second pod of
+    g8. The name is read fresh first (landed: the plan stops, the next pass sees that pod), then
+    Creating moves to g9 with latestGeneration, said in a Warning naming the error."""
+    o = _in_doubt(pods=())
+    plan = decide(o, NOW)
+    check_decide(o, NOW, [
+        p.ConfirmNoPod(name(8)),
+        WS({"transition.step": S.CREATING, "transition.to": 9, "transition.to_uid": None, "latest_generation": 9,
+            "fencing_token": 5, "Progressing": ("True", "Creating")}),
+        Ev("Warning", "CreateInDoubt", "the create of generation 8 got no answer (TimeoutError: no answer); it may "
+           "still land, so generation 8 is given up and generation 9 is created instead"),
+    ], 0)
+    (write,) = plan.find(p.WriteStatus)
+    nxt = o.model_copy(update={"status": write.status})
+    check_decide(nxt, NOW, [NewPod(gen=9, token=5, template_hash=b.HASH2)], 1.0)  # the next number, same token
+
+
+def test_a_create_with_no_answer_that_landed_keeps_its_number() -> None:
+    o = _in_doubt(pods=(b.pending(8),))
+    check_decide(o, NOW, [WS({"transition.step": S.CONNECTING, "transition.to": 8}), step_time("Creating")], 0)
+
+
+def test_a_create_in_doubt_of_a_number_given_up_before_changes_nothing() -> None:
+    """The memory keeps the number in doubt; once given up, Creating's number is another one."""
+    o = b.observed(status_=creating_at(9), pods=(), desired_hash=b.HASH2, create_in_doubt=8)
+    check_decide(o, NOW, [NewPod(gen=9, token=5, template_hash=b.HASH2)], 0)
+
+
+def creating_at(to: int) -> st.ToolRuntimeStatus:
+    s = creating()
+    assert s.transition is not None
+    return s.model_copy(update={"transition": s.transition.model_copy(update={"to": to}), "latest_generation": to})
