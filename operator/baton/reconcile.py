@@ -26,6 +26,11 @@ log = logging.getLogger("baton.runner")
 Key = tuple[str, str]
 
 
+# How many of its own fencing tokens a runtime's memory keeps: a transition written under one of
+# them was acted on by this process, which knows what its create came to (lifecycle.lease).
+TOKENS_KEPT = 4
+
+
 @dataclasses.dataclass
 class Memory(snapshot.Learnt):
     """What this process knows about a runtime that is not in the API, from pass to pass: what it
@@ -39,6 +44,8 @@ class Memory(snapshot.Learnt):
             metrics.LOCK_WAIT.observe(max(0.0, (outcome.lease_acquired_at - self.lock_wait_since).total_seconds()))
         if outcome.lease_acquired_at is not None:
             self.lock_wait_since = None
+        if outcome.lease_token is not None:
+            self.tokens_here = (*self.tokens_here, outcome.lease_token)[-TOKENS_KEPT:]
         if outcome.last_error is not None:
             self.last_error = outcome.last_error
         if outcome.pod_rejected is not None:

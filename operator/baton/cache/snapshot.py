@@ -56,6 +56,7 @@ class Learnt:
     last_error: str | None = None
     pod_rejected: str | None = None  # the API server's refusal of our last pod create
     create_in_doubt: int | None = None  # our create of this generation got no definite answer
+    tokens_here: tuple[int, ...] = ()  # the fencing tokens this process acquired (the last few)
     name_taken: bool = False  # our last create got AlreadyExists: read the name fresh
     service_taken: bool = False  # our Service create got AlreadyExists: read it fresh
     namespace_terminating: bool = False  # our Lease create was refused: the namespace is being deleted
@@ -299,6 +300,7 @@ async def read_snapshot(
         last_error=learnt.last_error,
         pod_rejected=learnt.pod_rejected,
         create_in_doubt=learnt.create_in_doubt,
+        tokens_here=learnt.tokens_here,
         namespace_terminating=learnt.namespace_terminating,
         lease_outside_view=learnt.lease_outside_view,
         service_error=learnt.service_error,

@@ -119,6 +119,7 @@ async def acquire_lease(ctx: Context, action: plan.AcquireLease) -> None:
             raise outcomes.Aborted("Lease not created: the namespace is being deleted") from exc
         raise
     ctx.outcome.lease_acquired_at = ctx.clock.wall()
+    ctx.outcome.lease_token = action.token
 
 
 async def release_lease(ctx: Context, action: plan.ReleaseLease) -> None:

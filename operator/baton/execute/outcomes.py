@@ -31,5 +31,6 @@ class Outcome:
     service_error: str | None = None  # the API server's refusal of our Service write; "" once one succeeded
     reads: int = 0  # fresh GETs made for this runtime
     lease_acquired_at: datetime.datetime | None = None  # wall time this plan acquired the Lease
+    lease_token: int | None = None  # the fencing token this plan acquired the Lease with
     namespace_terminating: bool = False  # the Lease create was refused: the namespace is being deleted
     lease_outside_view: str | None = None  # the Lease create met one outside the view; "" once acquired

@@ -114,9 +114,12 @@ def with_lease(o: obs.Observed, now: datetime.datetime, then: Callable[[], p.Pla
 
 
 def create_may_be_in_flight(o: obs.Observed) -> bool:
-    """Whether status is in Creating with a number whose create another holder may have sent,
-    and no pod of that number is in view: resuming must not send that number again."""
+    """Whether status is in Creating with a number whose create another holder may have sent
+    (written under a token this process never held: another process, or this identity before a
+    restart), and no pod of that number is in view: resuming must not send that number again.
+    Under a token held here, this process's own memory says (`create_in_doubt`): a Lease
+    released after a refused create or a name conflict and taken again keeps its number."""
     t = o.status.transition
-    if t is None or t.step != st.Step.CREATING or t.to is None:
+    if t is None or t.step != st.Step.CREATING or t.to is None or o.status.fencing_token in o.tokens_here:
         return False
     return not any(pod.generation == t.to for pod in o.owned_pods())

@@ -163,6 +163,10 @@ class Observed(base.Model):
     # Our create of this generation got no definite answer (a timeout, a dropped connection, a
     # 5xx): it may still land, so the number is never sent again (invariant 2).
     create_in_doubt: int | None = None
+    # The fencing tokens this process acquired for the runtime (the last few). A transition
+    # written under one of them was acted on here: what its create came to is known here
+    # (create_in_doubt), so taking the Lease again need not give its number up.
+    tokens_here: tuple[int, ...] = ()
     # A Lease create was refused because the runtime's namespace is being deleted: nothing can be
     # created there again, by anyone (pods included), so a deletion finishes without the Lease.
     namespace_terminating: bool = False

@@ -45,3 +45,15 @@ def test_the_lock_wait_ends_when_the_lease_is_acquired_and_is_observed_once() ->
     assert memory.lock_wait_since is None and observed() - before == 1
     memory.fold(execute.Outcome(lease_acquired_at=T0 + datetime.timedelta(seconds=9)))  # no wait: nothing observed
     assert observed() - before == 1
+
+
+def test_a_create_in_doubt_and_the_tokens_acquired_here_are_remembered() -> None:
+    """Invariant 2: the number of a create with no definite answer, kept past a plan that ran
+    through (it stays in doubt); this process's last few fencing tokens."""
+    memory = reconcile.Memory()
+    memory.fold(execute.Outcome(ok=False, last_error="TimeoutError: no answer", create_in_doubt=8))
+    memory.fold(execute.Outcome(ran_through=True))
+    assert memory.create_in_doubt == 8
+    for token in range(1, 8):
+        memory.fold(execute.Outcome(lease_acquired_at=T0, lease_token=token))
+    assert memory.tokens_here == (4, 5, 6, 7) and len(memory.tokens_here) == reconcile.TOKENS_KEPT

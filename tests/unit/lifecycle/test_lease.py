@@ -195,3 +195,16 @@ def test_a_holder_resuming_its_own_creating_keeps_the_number() -> None:
     o = b.observed(status_=creating().model_copy(update={"fencing_token": 9}), pods=(), lease=b.lease_mine(9),
                    desired_hash=b.HASH2)
     check_plan(decide(o, NOW), [NewPod(gen=8, token=9, template_hash=b.HASH2)], 0)
+
+
+def test_taking_the_lease_again_after_our_own_creating_keeps_the_number() -> None:
+    """Status's token 5 was this process's (a Lease released at a name conflict or a refused
+    create, then taken again as 9): what its create came to is known here (create_in_doubt),
+    so the number is kept; a create of it in doubt is given up by Creating itself."""
+    o = _taken_over(b.observed(status_=creating(), pods=(), desired_hash=b.HASH2)).model_copy(
+        update={"tokens_here": (5, 9)})
+    assert o.status.transition is not None
+    check_plan(decide(o, NOW), [
+        WS({"fencing_token": 9, "transition": o.status.transition}),
+        Ev("Normal", "LeaseAcquired", "resuming Handoff at step Creating"),
+    ], 0)
