@@ -189,10 +189,11 @@ async def create_pod(ctx: Context, action: plan.CreatePod) -> None:
     try:
         try:
             ctx.views.apply(await pods.create_pod(ns, action.manifest), "Pod")
-        except Exception as exc:
+        except BaseException as exc:
             if not (isinstance(exc, client.ApiError) and exc.status is not None and 400 <= exc.status < 500):
-                # No definite answer (a timeout, a dropped connection, a 5xx): the create may still
-                # land, so decide() gives its number up rather than send it again (invariant 2).
+                # No definite answer (a timeout, a dropped connection, a 5xx, the pass cancelled):
+                # the create may still land, so decide() gives its number up rather than send it
+                # again (invariant 2).
                 ctx.outcome.create_in_doubt = int(action.manifest["metadata"]["labels"][names.LABEL_GENERATION])
             raise
         ctx.outcome.name_taken = False
