@@ -139,14 +139,19 @@ class PodWatch(Watching):
                 spans[e.uid][4] = i
         return [tuple(v) for v in sorted(spans.values(), key=lambda v: v[3])]  # type: ignore[misc]
 
-    def assert_one_at_a_time(self, runtime: str) -> list[int | None]:
-        """Invariant 1, from the watch log: each pod's DELETED precedes the next pod's ADDED.
-        Returns the generations, in order of creation."""
+    def _one_at_a_time(self, runtime: str) -> list[tuple[str, str, int | None, int, int | None]]:
+        """`lifetimes(runtime)`, asserting each pod's DELETED precedes the next pod's ADDED."""
         spans = self.lifetimes(runtime)
         for prev, nxt in zip(spans, spans[1:]):
             assert prev[4] is not None and prev[4] < nxt[3], (
                 f"{nxt[0]} (uid {nxt[1]}, g{nxt[2]}) was ADDED while {prev[0]} (uid {prev[1]}, g{prev[2]}) "
                 f"still existed: {spans}")
+        return spans
+
+    def assert_one_at_a_time(self, runtime: str) -> list[int | None]:
+        """Invariant 1, from the watch log: each pod's DELETED precedes the next pod's ADDED.
+        Returns the generations, in order of creation."""
+        spans = self._one_at_a_time(runtime)
         gens = [s[2] for s in spans]
         known = [g for g in gens if g is not None]
         assert known == sorted(known) and len(set(known)) == len(known), f"generations not increasing: {gens}"
@@ -176,11 +181,7 @@ class PodWatch(Watching):
         """Invariants 1 and 2 as the chaos orderings judge them: one pod at a time; each
         generation number names one pod; numbers increase in order of creation, except a late
         stray (`late_strays`: a number given up, never serving). Returns the generations."""
-        spans = self.lifetimes(runtime)
-        for prev, nxt in zip(spans, spans[1:]):
-            assert prev[4] is not None and prev[4] < nxt[3], (
-                f"{nxt[0]} (uid {nxt[1]}, g{nxt[2]}) was ADDED while {prev[0]} (uid {prev[1]}, g{prev[2]}) "
-                f"still existed: {spans}")
+        spans = self._one_at_a_time(runtime)
         gens = [s[2] for s in spans]
         known = [g for g in gens if g is not None]
         assert len(set(known)) == len(known), f"a generation number names two pods: {gens}"

@@ -32,8 +32,9 @@ def test_a_create_delivered_late_is_refused_by_the_api_server(
         operators: Start, rts: Runtimes, pod_watch: PodWatch, cluster: Any,
         namespace: str, tmp_path: Path) -> None:
     """Invariant 1 against a stale holder: op-a's pod POST for g2 is held in the proxy; op-a is
-    frozen; op-b takes over and completes two handoffs (g2, g3); then the held POST reaches the
-    API server, which refuses it (409: the name is taken), and the watch log never shows two pods."""
+    frozen; op-b takes over at Creating, gives 2 up (op-a's create may still land: invariant 2)
+    and completes two handoffs (g3, g4); then the held POST reaches the API server, which
+    refuses it (409: the name is taken), and the watch log never shows two pods."""
     (tmp_path / "proxy").mkdir()
     with apiproxy.ApiProxy(cluster.kubeconfig, tmp_path / "proxy") as proxy:
         a = operators("op-a", kubeconfig=proxy.kubeconfig)
@@ -45,16 +46,16 @@ def test_a_create_delivered_late_is_refused_by_the_api_server(
         a.signal(signal.SIGSTOP)
         try:
             operators("op-b")
-            rts.wait_ready("late", 2, timeout=60)
+            rts.wait_ready("late", 3, timeout=60)
             rts.set_image("late", "example/tool:3")
-            st3 = rts.wait_ready("late", 3, timeout=60)
-            assert st3["holder"] == "op-b"
+            st4 = rts.wait_ready("late", 4, timeout=60)
+            assert st4["holder"] == "op-b" and [h["generation"] for h in st4["history"]] == [1, 3], st4["history"]
             released = proxy.release(timeout=20)
         finally:
             a.signal(signal.SIGCONT)
         assert released and all(e.status == 409 for e in released), [(e.method, e.path, e.status) for e in released]
-    assert pod_watch.assert_one_at_a_time("late") == [1, 2, 3]
-    assert rts.gen_pod("late", 3) is not None
+    assert pod_watch.assert_one_at_a_time("late") == [1, 3, 4]
+    assert rts.gen_pod("late", 4) is not None
 
 
 def test_a_replica_gone_half_open_mid_draining_is_replaced_within_budgets(
