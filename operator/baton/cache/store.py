@@ -34,22 +34,6 @@ def rv_of(obj: Obj | None) -> int:
         return 0
 
 
-def without_bookkeeping(obj: Obj) -> Obj:
-    """`obj` without metadata.managedFields and kubectl's last-applied annotation (a shallow
-    copy where it had them: the caller's object is left as it was)."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return obj
-    annotations = meta.get("annotations")
-    applied = annotations if isinstance(annotations, dict) and LAST_APPLIED in annotations else None
-    if "managedFields" not in meta and applied is None:
-        return obj
-    meta = {k: v for k, v in meta.items() if k != "managedFields"}
-    if applied is not None:
-        meta["annotations"] = {k: v for k, v in applied.items() if k != LAST_APPLIED}
-    return {**obj, "metadata": meta}
-
-
 # Strings up to this long are shared between the stored objects (sys.intern): keys, and values
 # such as names, UIDs (a pod names its runtime's), timestamps of one burst and condition types.
 # Each decoded object otherwise holds its own copy of every one; shared, a cached pod takes
@@ -70,6 +54,26 @@ def compact(value: Any) -> Any:
     if kind is str:
         return sys.intern(value) if len(value) <= SHARED_STRING_CHARS else value
     return value
+
+
+def kept_copy(obj: Obj) -> Obj:
+    """What a store keeps of `obj` by default, built in one pass: `compact(obj)` without
+    metadata.managedFields and kubectl's last-applied annotation. No part of it is the caller's."""
+    kept: Obj = {}
+    for key, value in obj.items():
+        if key == "metadata" and type(value) is dict:
+            kept["metadata"] = {sys.intern(k): _kept_annotations(v) if k == "annotations" else
+                                v if type(v) not in _CONTAINERS else compact(v)
+                                for k, v in value.items() if k != "managedFields"}
+        else:
+            kept[sys.intern(key) if type(key) is str else key] = compact(value)
+    return kept
+
+
+def _kept_annotations(value: Any) -> Any:
+    if type(value) is not dict:
+        return compact(value)
+    return {sys.intern(k): compact(v) for k, v in value.items() if k != LAST_APPLIED}
 
 
 def key_of(obj: Obj) -> Key:
@@ -136,12 +140,11 @@ class Store:
 
     def reduce(self, obj: Obj) -> Obj:
         """What the store keeps of `obj`: its transform's copy, else all of it but the
-        bookkeeping (`without_bookkeeping`), its strings shared with the other objects
-        (`compact`); never the caller's object itself."""
+        bookkeeping, its strings shared with the other objects (`kept_copy`); never the caller's
+        object itself."""
         if self._transform is not None:
             return self._transform(obj)
-        kept: Obj = compact(without_bookkeeping(obj))
-        return kept
+        return kept_copy(obj)
 
     def apply(self, obj: Obj, *, reduced: bool = False, watched: bool = False) -> bool:
         """Keep `obj` if it is newer than what is stored; True if it changed the view.

@@ -75,3 +75,23 @@ def test_a_store_with_its_own_transform_keeps_what_that_returns() -> None:
                                                                              "namespace": "ns"}})
     s.apply(pod(6, managedFields=MANAGED))
     assert s.get("ns", "alpha") == {"metadata": {"name": "alpha", "namespace": "ns"}}
+
+
+def test_the_kept_copy_is_the_object_less_its_bookkeeping_and_shares_nothing_with_it() -> None:
+    sent = pod(7, managedFields=MANAGED, annotations={store_mod.LAST_APPLIED: "{}", "a": "b"},
+               ownerReferences=[{"kind": "ToolRuntime", "name": "alpha"}])
+    before = copy.deepcopy(sent)
+    kept = store_mod.kept_copy(sent)
+    expected = copy.deepcopy(before)
+    del expected["metadata"]["managedFields"]
+    del expected["metadata"]["annotations"][store_mod.LAST_APPLIED]
+    assert kept == expected
+    assert sent == before
+    assert kept["metadata"] is not sent["metadata"]
+    assert kept["metadata"]["annotations"] is not sent["metadata"]["annotations"]
+    assert kept["metadata"]["ownerReferences"][0] is not sent["metadata"]["ownerReferences"][0]
+    assert kept["status"] is not sent["status"]
+    # Odd shapes are kept as they came (no metadata dict, annotations not a dict).
+    assert store_mod.kept_copy({"metadata": None, "x": [1]}) == {"metadata": None, "x": [1]}
+    assert store_mod.kept_copy({"metadata": {"name": "n", "annotations": None}}) == {
+        "metadata": {"name": "n", "annotations": None}}
