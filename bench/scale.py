@@ -33,6 +33,7 @@ if not __package__:  # run by path: dev (and tests) are importable from the root
 
 from kubernetes import client, config
 
+from bench import watched
 from dev import digestkey, process
 from dev.crds import wait_established
 from dev.ports import free_port
@@ -126,7 +127,7 @@ def per_replica(procs: list[Proc], ports: list[int]) -> None:
 
 
 def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[int], *, custom: Any, coord: Any,
-             core: Any, ranges: int, timeout: float) -> None:
+             core: Any, ranges: int, timeout: float, runtimes: watched.Watched) -> None:
     """SIGKILL the last replica, change at once the template of every runtime in its ranges, and
     time until each has handed off (the next generation Ready): the takeover of a lost replica.
     Two earlier moments come from what the API server recorded, not from polling: when the last
@@ -150,13 +151,7 @@ def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[
         {"spec": {"template": template("example/tool:3", "baton")}}), len(orphans))
 
     def handed_off() -> bool:
-        done = 0
-        for rt in custom.list_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes")["items"]:
-            name, st = rt["metadata"]["name"], rt.get("status") or {}
-            ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
-            if name in orphans and (st.get("current") or {}).get("generation") == orphans[name] + 1 \
-                    and ready.get("status") == "True" and not st.get("transition"):
-                done += 1
+        done = runtimes.count(lambda name, s: name in orphans and s == (orphans[name] + 1, True, False))
         return done == len(orphans)
     wait_for(handed_off, timeout=timeout, what="the killed replica's runtimes handed off", interval=0.5)
     took = time.monotonic() - t0
@@ -207,6 +202,7 @@ def main() -> int:
     kubeconfig = str(work / "plane" / "kubeconfig")
     ops: list[subprocess.Popen[bytes]] = []
     procs: list[Proc] = []
+    watchers: list[watched.Watched] = []
     try:
         config.load_kube_config(kubeconfig)
         cfg = client.Configuration.get_default_copy()
@@ -241,30 +237,24 @@ def main() -> int:
         budgets = {"lockSeconds": 10, "connectSeconds": 120, "drainSeconds": 1, "terminationGraceSeconds": 1,
                    "cleanupSeconds": 30}
 
+        # Readiness as the watches report it: a poll listing all N objects would load the API
+        # server (and this process) in proportion to N at every poll (bench/watched.py).
+        watched_rt = watched.Watched(api, f"/apis/baton.dev/v1alpha1/namespaces/{NS_B}/toolruntimes",
+                                     watched.runtime_summary).start()
+        watched_d = watched.Watched(api, f"/apis/apps/v1/namespaces/{NS_D}/deployments",
+                                    watched.deployment_summary).start()
+        watchers.extend((watched_rt, watched_d))
+
         def baton_ready(gen: int, names: set[str]) -> Callable[[], bool]:
             def check() -> bool:
-                items = custom.list_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes")["items"]
-                done = 0
-                for rt in items:
-                    st = rt.get("status") or {}
-                    ready = next((c for c in st.get("conditions", []) if c["type"] == "Ready"), {})
-                    if rt["metadata"]["name"] in names and (st.get("current") or {}).get("generation") == gen \
-                            and ready.get("status") == "True" and not st.get("transition"):
-                        done += 1
+                done = watched_rt.count(lambda name, s: name in names and s == (gen, True, False))
                 return done == len(names)
             return check
 
         def deploy_ready(names: set[str], want_gen: dict[str, int] | None = None) -> Callable[[], bool]:
             def check() -> bool:
-                done = 0
-                for d in apps.list_namespaced_deployment(NS_D).items:
-                    s = d.status
-                    if d.metadata.name not in names:
-                        continue
-                    if want_gen and (s.observed_generation or 0) < want_gen[d.metadata.name]:
-                        continue
-                    if (s.available_replicas or 0) == 1 and (s.updated_replicas or 0) == 1 and (s.replicas or 0) == 1:
-                        done += 1
+                done = watched_d.count(lambda name, s: name in names
+                                       and (not want_gen or s[1] >= want_gen[name]) and s[2:] == (1, 1, 1))
                 return done == len(names)
             return check
 
@@ -276,7 +266,7 @@ def main() -> int:
         parallel(lambda i: custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes", {
             "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": f"rt-{i:04d}"},
             "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n)
-        wait_for(baton_ready(1, names), timeout=args.timeout, what="baton: all Ready", interval=2.0)
+        wait_for(baton_ready(1, names), timeout=args.timeout, what="baton: all Ready", interval=0.5)
         baton_create = time.monotonic() - t0
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
         req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
@@ -290,7 +280,7 @@ def main() -> int:
                      "template": {**template("example/tool:1", "deployment"),
                                   "metadata": {"labels": {"app": "scale", "kind": "deployment", "d": f"d-{i:04d}"}}}}}),
                  len(dnames))
-        wait_for(deploy_ready(dnames), timeout=args.timeout, what="deployments: all available", interval=2.0)
+        wait_for(deploy_ready(dnames), timeout=args.timeout, what="deployments: all available", interval=0.5)
         deploy_create = time.monotonic() - t0
 
         k = min(args.changes, n)
@@ -358,9 +348,11 @@ def main() -> int:
         per_replica(procs, metrics_ports)
         if args.shard_ranges and len(ops) >= 2:
             failover(ops, procs, metrics_ports, custom=custom, coord=client.CoordinationV1Api(api), core=core,
-                     ranges=args.shard_ranges, timeout=args.timeout)
+                     ranges=args.shard_ranges, timeout=args.timeout, runtimes=watched_rt)
         return 0
     finally:
+        for w in watchers:
+            w.stop()
         for i, op in enumerate(ops):
             if args.profile and i == 0 and procs:
                 # Stop the operator itself: py-spy then writes its profile and exits.
