@@ -106,13 +106,16 @@ class Runtimes:
         return wait_for(check, timeout=timeout, what=f"{self.ns}/{name} generation {generation} Ready",
                         interval=0.25)
 
-    def wait_serving(self, name: str, timeout: float = 60) -> dict[str, Any]:
-        """The status once some generation serves (Ready, no transition), whichever number it has."""
+    def wait_serving(self, name: str, timeout: float = 60, *, above: int = 0) -> dict[str, Any]:
+        """The status once some generation above `above` serves (Ready, no transition), whichever
+        number it has: a number may be given up on the way (a create that may still land)."""
         def check() -> dict[str, Any] | None:
             st = self.status(name)
             ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
-            return st if st.get("current") and ready.get("status") == "True" and not st.get("transition") else None
-        return wait_for(check, timeout=timeout, what=f"{self.ns}/{name} serving", interval=0.25)
+            serving = st.get("current") and ready.get("status") == "True" and not st.get("transition")
+            return st if serving and int(st["current"]["generation"]) > above else None
+        what = f"{self.ns}/{name} serving" + (f" a generation above {above}" if above else "")
+        return wait_for(check, timeout=timeout, what=what, interval=0.25)
 
     def events(self, name: str, reason: str | None = None) -> list[Any]:
         evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items

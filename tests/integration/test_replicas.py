@@ -60,12 +60,13 @@ def test_three_replicas_thirty_runtimes_three_rounds_with_a_replica_killed(
     for n in names:
         rts.wait_ready(n, 1, timeout=180)
     counts: dict[str, float] = {}
+    served: dict[str, list[int]] = {n: [1] for n in names}
     for round_ in (2, 3, 4):
         for i, n in enumerate(names):
             if (i + round_) % 2:
                 rts.set_image(n, f"example/tool:{round_}")
             else:
-                rts.annotate(n, "baton.dev/reset", str(round_ - 1))
+                rts.annotate(n, "baton.dev/reset", str(served[n][-1]))  # the serving one
         if round_ == 3:
             time.sleep(1.0)  # mid-round: some handoffs are in flight
             victim = reps.pop("op-c")
@@ -73,18 +74,33 @@ def test_three_replicas_thirty_runtimes_three_rounds_with_a_replica_killed(
             victim.signal(signal.SIGKILL)
             victim.wait_exit(10)
         for n in names:
-            rts.wait_ready(n, round_, timeout=240)
+            # Usually the next number; a survivor resuming op-c's Creating gives that number up
+            # (op-c's create may still land) and creates the one after it.
+            st = rts.wait_serving(n, timeout=240, above=served[n][-1])
+            served[n].append(int(st["current"]["generation"]))
     for ident, proc in reps.items():
         counts[ident] = proc.metric("baton_transitions_total")
     print("transitions per replica:", {k: int(v) for k, v in sorted(counts.items())})
+    skipped = {n: sorted(set(range(1, s[-1])) - set(s)) for n, s in served.items() if s[-1] != 4}
+    print("numbers given up:", skipped)
     for n in names:
-        assert pod_watch.assert_one_at_a_time(n) == list(range(1, 5))
+        gens = pod_watch.assert_one_pod_per_generation(n)
+        strays = pod_watch.late_strays(n)
+        assert len(strays) <= len(skipped.get(n, [])), (n, gens, strays)
         st = rts.status(n)
-        assert [h["generation"] for h in st["history"]] == [1, 2, 3]
-        assert st["latestGeneration"] == 4
+        assert [h["generation"] for h in st["history"]] == served[n][:3]
+        assert st["latestGeneration"] == served[n][-1]
         outcomes = [h["outcome"] for h in st["history"]]
         assert set(outcomes) <= {"Retired", "Reset"} and "Reset" in outcomes, outcomes
         assert "baton.dev/reset" not in (rts.get(n)["metadata"].get("annotations") or {})
+    # Every number skipped was given up, and said so on the runtime's events.
+    def given_up(n: str) -> set[int]:
+        told = " ".join(e.message or "" for e in rts.events(n))
+        return {int(g) for g in re.findall(r"generation (\d+) (?:is )?given up", told)}
+    for n, numbers in skipped.items():
+        # An event is posted after the status write of its plan: wait for it (bounded).
+        wait_for(lambda n=n, numbers=numbers: set(numbers) <= given_up(n), timeout=10,  # type: ignore[misc]
+                 what=f"{n}: generations {numbers} told given up")
     # 30 creates + 90 handoffs were each begun once; a resumed transition is not begun again, so
     # more than 120 would mean two replicas began the same one. op-c's count was scraped just
     # before its SIGKILL: the few it began in between are missing, never extra.
