@@ -191,6 +191,8 @@ def main() -> int:
     ap.add_argument("--idle-seconds", type=int, default=60)
     ap.add_argument("--skip-deployments", action="store_true",
                     help="no Deployments beside (the per-replica figures and the failover only; the ratios print as -)")
+    ap.add_argument("--skip-failover", action="store_true",
+                    help="with shards, stop after the per-replica figures (a profile then covers create, changes and idle only)")
     ap.add_argument("--log-level", default="WARNING", help="BATON_LOG_LEVEL of the operators (logs: the work directory)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--profile", metavar="FILE", help="run the (first) operator under py-spy record, "
@@ -346,7 +348,7 @@ def main() -> int:
               f"({100 * idle_cpu / args.idle_seconds:.2f} %)")
         print(f"{f'idle {args.idle_seconds}s: API writes':38} {idle_writes:10.0f}")
         per_replica(procs, metrics_ports)
-        if args.shard_ranges and len(ops) >= 2:
+        if args.shard_ranges and len(ops) >= 2 and not args.skip_failover:
             failover(ops, procs, metrics_ports, custom=custom, coord=client.CoordinationV1Api(api), core=core,
                      ranges=args.shard_ranges, timeout=args.timeout, runtimes=watched_rt)
         return 0
