@@ -104,11 +104,12 @@ def api_requests(text: str, *, writes_only: bool = False) -> float:
     return total
 
 
-def metric_sum(text: str, name: str) -> float:
-    """Sum of every sample of one family (all label values)."""
+def metric_sum(text: str, name: str, **labels: str) -> float:
+    """Sum of every sample of one family (all label values, or those with `labels`)."""
     total = 0.0
+    want = [f'{k}="{v}"' for k, v in labels.items()]
     for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
+        if (line.startswith(name + "{") or line.startswith(name + " ")) and all(w in line for w in want):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
@@ -117,13 +118,15 @@ def per_replica(procs: list[Proc], ports: list[int]) -> None:
     """Each replica's own cost, in one table: what sharding divides (sharded, each replica lists
     and watches only its ranges' objects)."""
     print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'RSS idle MiB':>13} {'watch events':>13} {'watch MiB':>10} {'cached objs':>12} "
-          f"{'ranges':>7} {'transitions':>12}")
+          f"{'ranges':>7} {'transitions':>12} {'passes':>7} {'API reqs':>9} {'409s':>6}")
     for i, (p, port) in enumerate(zip(procs, ports)):
         text = scrape(port)
         print(f"{f'scale-{i}':14} {p.cpu():8.1f} {p.peak_rss_mib():13.1f} {p.rss_mib():13.1f} "
               f"{metric_sum(text, 'baton_watch_events_total'):13.0f} {metric_sum(text, 'baton_watch_bytes_total') / 2**20:10.2f} "
               f"{metric_sum(text, 'baton_cache_objects'):12.0f} "
-              f"{metric_sum(text, 'baton_shard_ranges_held'):7.0f} {metric_sum(text, 'baton_transitions_total'):12.0f}")
+              f"{metric_sum(text, 'baton_shard_ranges_held'):7.0f} {metric_sum(text, 'baton_transitions_total'):12.0f} "
+              f"{metric_sum(text, 'baton_passes_total'):7.0f} {metric_sum(text, 'baton_api_requests_total'):9.0f} "
+              f"{metric_sum(text, 'baton_api_requests_total', code='409'):6.0f}")
 
 
 def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[int], *, custom: Any, coord: Any,
