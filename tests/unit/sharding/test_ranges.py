@@ -29,6 +29,17 @@ def test_range_of_spreads_uids_evenly_and_stays_in_bounds() -> None:
     assert ranges.range_of("x", ranges=1) == 0
 
 
+def test_the_remembered_uid_hash_is_the_hash_and_stays_bounded() -> None:
+    shardhash.uid_hash.cache_clear()
+    uids = [str(uuid.UUID(int=i * 104729 + 7)) for i in range(shardhash.UID_HASHES_KEPT + 100)]
+    for uid in uids:
+        assert shardhash.uid_hash(uid) == shardhash.fnv1a64(uid.encode())
+        assert shardhash.range_of(uid, ranges=16) == (shardhash.fnv1a64(uid.encode()) * 16) >> 64
+        assert shardhash.hash_bucket(uid) == f"{shardhash.fnv1a64(uid.encode()) >> 56:02x}"
+    info = shardhash.uid_hash.cache_info()
+    assert info.currsize == shardhash.UID_HASHES_KEPT and info.hits >= 2 * len(uids)
+
+
 @pytest.mark.parametrize(("members", "total", "expected"), [
     (["a"], 16, {"a": 16}),
     (["a", "b"], 16, {"a": 8, "b": 8}),
