@@ -54,6 +54,21 @@ def serving(fleet: ToolFleet, generation: int) -> Any:
     return wait_for(lambda: fleet.of(generation), timeout=30, what=f"the tool of generation {generation} listening")
 
 
+def rpc_fields(tool: Any, field: str) -> list[Any]:
+    """`field` of every JSON-RPC request the tool received (bodies that are not JSON-RPC skipped)."""
+    out = []
+    with tool.lock:
+        bodies = [r["body"] for r in tool.requests]
+    for body in bodies:
+        try:
+            msg = json.loads(body)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and field in msg:
+            out.append(msg[field])
+    return out
+
+
 def test_steady_state_forwarding_streams_both_ways(operators: Callable[..., OperatorProcess],
                                                    gateways: Callable[..., GatewayProcess], rts: Runtimes,
                                                    namespace: str, fleets: Callable[[str], ToolFleet]) -> None:
@@ -206,6 +221,8 @@ def test_registration_lease_admin_api_and_seal(operators: Callable[..., Operator
     t = threading.Thread(target=lambda: slow.append(call(gw.port, f"tool.{namespace}", body=rpc("slow", seconds=3))))
     t.start()
     wait_for(lambda: gw.admin("GET", f"/v1/inflight?uid={uid}")[1]["inflight"] == 1, timeout=10, what="one call in flight")
+    # The gateway counts the call before the pod has read it (CI once took `before` in between).
+    wait_for(lambda: "slow" in rpc_fields(tool, "method"), timeout=10, what="the pod received the slow call")
     assert gw.admin("POST", "/v1/seal", {"namespace": namespace, "runtime": "tool", "uid": uid}) == (200, {"sealed": True, "inflight": 1, "held": 0})
     before = tool.count()
     # Sealed: no new call reaches the pod; with no transition coming it is held for admissionSeconds, then Transitioning.
@@ -216,6 +233,7 @@ def test_registration_lease_admin_api_and_seal(operators: Callable[..., Operator
     t.join(30)
     assert slow and slow[0].status == 200 and slow[0].generation == 1, "the call in flight finished on its pod"
     assert tool.count() == before, "a call reached a sealed pod"
+    assert 11 not in rpc_fields(tool, "id"), "the sealed call reached its pod"
     assert gw.admin("GET", f"/v1/inflight?uid={uid}") == (200, {"uid": uid, "inflight": 0, "sealed": True})
     assert gw.admin("POST", "/v1/seal", {"namespace": namespace, "runtime": "tool", "uid": uid})[0] == 200  # idempotent
     assert gw.metric("baton_gateway_hold_seconds_count") >= 1
