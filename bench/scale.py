@@ -16,6 +16,7 @@ every wait is bounded.) `make bench-scale N=... CHANGES=...` runs it.
 from __future__ import annotations
 
 import argparse
+import collections
 import concurrent.futures
 import os
 import re
@@ -37,7 +38,7 @@ from bench import watched
 from dev import digestkey, process
 from dev.crds import wait_established
 from dev.ports import free_port
-from dev.wait import wait_for
+from dev.wait import WaitTimeout, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -153,10 +154,8 @@ def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[
         "baton.dev", "v1alpha1", NS_B, "toolruntimes", sorted(orphans)[i],
         {"spec": {"template": template("example/tool:3", "baton")}}), len(orphans))
 
-    def handed_off() -> bool:
-        done = runtimes.count(lambda name, s: name in orphans and s == (orphans[name] + 1, True, False))
-        return done == len(orphans)
-    wait_for(handed_off, timeout=timeout, what="the killed replica's runtimes handed off", interval=0.5)
+    skipped = wait_served_above(runtimes, orphans, what="the killed replica's runtimes handed off", timeout=timeout,
+                                interval=0.5)
     took = time.monotonic() - t0
     taken = [lz.spec.acquire_time for lz in coord.list_namespaced_lease(
         NS_B, label_selector="baton.dev/component=shard-range").items
@@ -168,13 +167,41 @@ def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[
         if name in orphans and at is not None and at >= killed:
             begun[name] = min(begun.get(name, at), at)
     print(f"failover: {victim} SIGKILLed holding {len(held)} of {ranges} ranges ({len(orphans)} runtimes); "
-          f"every one handed off a template change made right after the kill in {took:.1f}s")
+          f"every one handed off a template change made right after the kill in {took:.1f}s"
+          f" ({skipped} skipped a generation number given up)")
     ranges_text = (f"{(max(taken) - killed).total_seconds():.1f}s" if len(taken) == len(held)
                    else f"? ({len(taken)} of {len(held)} show a survivor's acquireTime)")
     begun_text = (f"{(max(begun.values()) - killed).total_seconds():.1f}s" if len(begun) == len(orphans)
                   else f"? ({len(begun)} of {len(orphans)} TransitionStarted Events found)")
     print(f"  by the API server's records: the last of its ranges taken by a survivor {ranges_text} after the kill; "
           f"the last of its runtimes' handoffs begun {begun_text} after it")
+
+
+def wait_served_above(runtimes: watched.Watched, above: dict[str, int], *, what: str, timeout: float,
+                      interval: float) -> int:
+    """Wait until each runtime in `above` serves a generation above the one given, Ready, with no
+    transition under way; return how many skipped a number on the way. A holder that resumes a
+    Creating written under another holder's token gives that number up (`lifecycle.lease`), so
+    after a range move or a takeover the next serving generation may be two above, not one. On a
+    timeout, say what the ones still waiting look like before raising."""
+    def served(name: str, s: Any) -> bool:
+        return name in above and s[0] is not None and s[0] > above[name] and s[1:] == (True, False)
+    try:
+        wait_for(lambda: runtimes.count(served) == len(above), timeout=timeout, what=what, interval=interval)
+    except WaitTimeout:
+        now = runtimes.summaries(set(above))
+        waiting = {name: now.get(name) for name in above if not served(name, now.get(name) or (None, False, False))}
+        shapes = collections.Counter(
+            "absent" if s is None else f"generation {s[0]} (was {above[name]}), Ready {s[1]}, transition {s[2]}"
+            for name, s in waiting.items())
+        print(f"{what}: {len(waiting)} of {len(above)} still waiting; as (serving generation, Ready, transition):",
+              file=sys.stderr)
+        for shape, count in shapes.most_common(8):
+            print(f"  {count:6d}  {shape}", file=sys.stderr)
+        print(f"  e.g. {', '.join(sorted(waiting)[:8])}", file=sys.stderr)
+        raise
+    now = runtimes.summaries(set(above))
+    return sum(1 for name, s in now.items() if s[0] > above[name] + 1)
 
 
 def parallel(fn: Callable[[int], Any], n: int, threads: int = 16) -> None:
@@ -250,12 +277,6 @@ def main() -> int:
                                     watched.deployment_summary).start()
         watchers.extend((watched_rt, watched_d))
 
-        def baton_ready(gen: int, names: set[str]) -> Callable[[], bool]:
-            def check() -> bool:
-                done = watched_rt.count(lambda name, s: name in names and s == (gen, True, False))
-                return done == len(names)
-            return check
-
         def deploy_ready(names: set[str], want_gen: dict[str, int] | None = None) -> Callable[[], bool]:
             def check() -> bool:
                 done = watched_d.count(lambda name, s: name in names
@@ -271,7 +292,8 @@ def main() -> int:
         parallel(lambda i: custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes", {
             "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": f"rt-{i:04d}"},
             "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n)
-        wait_for(baton_ready(1, names), timeout=args.timeout, what="baton: all Ready", interval=0.5)
+        skipped_create = wait_served_above(watched_rt, dict.fromkeys(names, 0), what="baton: all Ready",
+                                           timeout=args.timeout, interval=0.5)
         baton_create = time.monotonic() - t0
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
         req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
@@ -294,11 +316,13 @@ def main() -> int:
         plane = plane_procs(work / "plane")
         plane0 = {name: pr.cpu() for name, pr in plane.items()}
         busy0, total0 = machine_busy()
+        served_before = {name: s[0] for name, s in watched_rt.summaries(changed).items()}
         t0 = time.monotonic()
         parallel(lambda i: custom.patch_namespaced_custom_object(
             "baton.dev", "v1alpha1", NS_B, "toolruntimes", f"rt-{i:04d}",
             {"spec": {"template": template("example/tool:2", "baton")}}), k)
-        wait_for(baton_ready(2, changed), timeout=args.timeout, what="baton: changes converged", interval=1.0)
+        skipped_change = wait_served_above(watched_rt, served_before, what="baton: changes converged",
+                                           timeout=args.timeout, interval=1.0)
         baton_change = time.monotonic() - t0
         cpu_change = sum(p.cpu() for p in procs) - cpu1
         busy1, total1 = machine_busy()
@@ -345,6 +369,7 @@ def main() -> int:
         print(f"{'  operator(s) CPU-s / wall s':38} {cpu_change / baton_change:10.2f}")
         for name, used in sorted(plane_change.items(), key=lambda kv: -kv[1]):
             print(f"{f'  {name} CPU-s / wall s':38} {used / baton_change:10.2f}")
+        print(f"{'generation numbers given up (create, changes)':38} {skipped_create:6d}, {skipped_change}")
         print(f"{'API requests per runtime created':38} {req_create / n:10.1f}")
         print(f"{'operator peak RSS (MiB)':38} {rss:10.1f}")
         print(f"{f'idle {args.idle_seconds}s: CPU-s (% of a core)':38} {idle_cpu:10.2f} "

@@ -46,6 +46,11 @@ class Watched:
         with self._lock:
             return sum(1 for name, s in self._by_name.items() if accept(name, s))
 
+    def summaries(self, names: set[str]) -> dict[str, Any]:
+        """The summary kept of each of `names` (absent ones left out)."""
+        with self._lock:
+            return {name: self._by_name[name] for name in names if name in self._by_name}
+
     def _get(self, query: list[tuple[str, Any]], *, timeout: float) -> Any:
         """The raw response (urllib3, not read yet); an HTTP error raises."""
         method, url, headers, body, _ = self.api.param_serialize("GET", self.path, query_params=query,

@@ -28,6 +28,7 @@ def test_a_watched_collection_follows_creates_changes_and_deletions(cluster: Any
                  and view.count(lambda name, v: name == "before") == 0,
                  timeout=30, what="the watch's view caught up")
         assert view.events >= 5  # three ADDED, one MODIFIED, one DELETED at least
+        assert view.summaries({"cm-0", "cm-1", "before"}) == {"cm-0": "2", "cm-1": "1"}  # the deleted one left out
     finally:
         view.stop()
     assert not view._thread.is_alive()
