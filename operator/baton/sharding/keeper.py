@@ -80,6 +80,10 @@ class RangeKeeper:
         # The ranges the controller was last told about (on_gained, not since on_lost): a range
         # whose renewals lapsed and came back is announced again, so its runtimes are woken.
         self._announced: set[int] = set()
+        # Dropped since the last announcement: one lost and taken back within a tick must still
+        # be announced as lost and gained (its views may have been stopped meanwhile, and a pass
+        # that found it someone else's was dropped from the queue).
+        self._dropped: set[int] = set()
         self._task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -188,10 +192,12 @@ class RangeKeeper:
         """Tell the controller which ranges became its own or stopped being so since last time
         (taken, handed back, lost, or lapsed and renewed again)."""
         fresh = {i for i in self.held if self.holds_range(i)}
-        for index in sorted(fresh - self._announced):
-            self.on_gained(index)
-        for index in sorted(self._announced - fresh):
+        regained = fresh & self._announced & self._dropped
+        self._dropped = set()
+        for index in sorted((self._announced - fresh) | regained):
             self.on_lost(index)
+        for index in sorted((fresh - self._announced) | regained):
+            self.on_gained(index)
         self._announced = fresh
         metrics.SHARD_RANGES_HELD.set(len(fresh))
 
@@ -280,6 +286,7 @@ class RangeKeeper:
         end of the tick)."""
         held = self.held.pop(index, None)
         if held is not None:
+            self._dropped.add(index)
             metrics.SHARD_RANGE_MOVES.labels(move=why).inc()
         return held
 
