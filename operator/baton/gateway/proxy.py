@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Callable
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import gwmetrics, route
+from baton.gateway import gwmetrics, http1, route
 from baton.gateway import upstream as upstream_mod
 from baton.gateway import websocket as ws_mod
 from baton.gateway import state as state_mod
@@ -37,6 +37,21 @@ CONNECT_RETRY_SECONDS = 0.2
 SMALL_BODY_BYTES = 64 * 1024
 # A body sent as bytes: aiohttp sets its Content-Length from the bytes.
 SET_BY_CLIENT = frozenset({"content-length"})
+# A call written whole sets its own Content-Length, and its body goes with its head: a pod that
+# asked for 100-continue would wait for nothing.
+IN_HAND_DROP = frozenset({"content-length", "expect"})
+SESSION_HEADER_LOWER = SESSION_HEADER.lower()
+# Connections to pods for calls written whole (baton.gateway.http1); aiohttp's pool has its own.
+POOL_LIMIT = 4096
+KEEPALIVE_SECONDS = 30.0
+
+
+class _ConnectFailedAfterSending(http1.UpstreamFailed):
+    """aiohttp's connector failed after a streamed upload's first chunk was taken: not sent again."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 class Proxy:
@@ -46,6 +61,7 @@ class Proxy:
         self._forwarding = forwarding
         self.shutting_down = False
         self.session: aiohttp.ClientSession | None = None
+        self.pool: http1.Pool | None = None
         self.resolver = upstream_mod.PodResolver()
         # A call whose body is in hand (or absent) is bounded by one asyncio.timeout around the
         # request and another around the answer, instead of aiohttp's read timer, which it
@@ -57,6 +73,7 @@ class Proxy:
                                                      sock_read=None)
 
     async def start(self) -> None:
+        self.pool = http1.Pool(limit=POOL_LIMIT, keepalive_seconds=KEEPALIVE_SECONDS)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=4096, keepalive_timeout=30, resolver=self.resolver, use_dns_cache=False),
             timeout=self._read_timeout,
@@ -65,6 +82,8 @@ class Proxy:
             skip_auto_headers=("Content-Type", "User-Agent", "Accept", "Accept-Encoding"))
 
     async def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
         if self.session is not None:
             await self.session.close()
 
@@ -246,94 +265,123 @@ class Proxy:
         """Forward to `d`; None when the pod refused the connection before anything was sent
         (the caller decides again). Counted in flight from here (no await since the decision:
         a seal answered after this call was decided counts it) until the answer is sent in full."""
-        assert self.session is not None
         self.state.begin(d.uid)
         try:
             if websocket:
                 return await ws_mod.relay(self, request, d, target=target, headers=headers, outcome=outcome)
-            up_headers = route.end_to_end(headers, also_drop=SET_BY_CLIENT if body is not None else frozenset())
-            up_headers.append(("X-Forwarded-For", request.remote or ""))
-            started = [False]
-            data: Any = body if body is not None else (self._stream_body(request, started) if request.body_exists else None)
-            url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
             in_hand = body is not None or not request.body_exists  # else a streamed upload
             try:
-                async with asyncio.timeout(self.settings.idle_timeout_seconds if in_hand else None):
-                    upstream = await self.session.request(
-                        request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
-                        allow_redirects=False, timeout=self._unread_timeout if in_hand else self._read_timeout)
-            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+                if in_hand and request.method != "HEAD":
+                    answer: upstream_mod.Answer = await self._send_in_hand(request, d, body=body, headers=headers)
+                else:
+                    answer = await self._send_streamed(request, d, body=body, headers=headers, in_hand=in_hand)
+            except http1.ConnectFailed as exc:
                 # Not connected: nothing reached the pod, the call may be decided again.
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="connect").inc()
-                if started[0]:
-                    return self._upstream_failed(request, target, d, body, exc)
                 log.info("connect to %s:%s (%s/%s g%s) failed: %s", d.ip, d.port, *target_key(target), d.generation, exc,
                          extra={"runtime": "/".join(target_key(target))})
                 return None
-            except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+            except (http1.UpstreamFailed, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
                 # Sent (maybe in part), no answer in time or the pod failed: never sent again, a
                 # tool call need not be idempotent.
-                gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
-                return self._upstream_failed(request, target, d, body, exc)
+                after_sending = isinstance(exc, _ConnectFailedAfterSending)
+                gwmetrics.UPSTREAM_ERRORS.labels(kind="connect" if after_sending else "request").inc()
+                return self._upstream_failed(request, target, d, body, exc.cause if isinstance(exc, _ConnectFailedAfterSending) else exc)
             try:
                 gwmetrics.calls(outcome, "").inc()
                 if held_since is not None:
                     log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since,
                               extra={"runtime": "/".join(target_key(target))})
-                sid = upstream.headers.get(SESSION_HEADER)
+                back = route.end_to_end(answer.headers)
+                sid = next((v for k, v in answer.headers if k.lower() == SESSION_HEADER_LOWER), None)
                 if sid:
                     self.state.session_issued(sid, d.uid)
-                back = route.end_to_end((k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers)
-                size = upstream.content_length
+                size = answer.content_length()
                 if size is not None and size <= SMALL_BODY_BYTES and request.method != "HEAD":
-                    return await self._answer_whole(request, upstream, back, d, target)
-                resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-                for k, v in back:
-                    resp.headers.add(k, v)
-                resp.headers[names.HEADER_GENERATION] = str(d.generation)
-                await resp.prepare(request)
-                while True:
-                    try:
-                        async with asyncio.timeout(self.settings.idle_timeout_seconds):
-                            chunk = await upstream.content.readany()
-                    except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
-                        # Headers are sent: all that is left is to cut the stream (the client sees it end early).
-                        gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
-                        log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
-                                 extra={"runtime": "/".join(target_key(target))})
-                        if request.transport is not None:
-                            request.transport.close()
-                        return resp
-                    try:
-                        if not chunk:
-                            await resp.write_eof()
-                            return resp
-                        async with asyncio.timeout(self.settings.idle_timeout_seconds):
-                            await resp.write(chunk)
-                    except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
-                        # The client went away (or stopped reading): nothing left to send it.
-                        if request.transport is not None:
-                            request.transport.close()
-                        return resp
+                    return await self._answer_whole(request, answer, back, d, target)
+                return await self._answer_streamed(request, answer, back, d, target)
             finally:
-                upstream.release()
+                answer.release()
         finally:
             self.state.end(d.uid)
 
-    async def _answer_whole(self, request: web.BaseRequest, upstream: aiohttp.ClientResponse, back: list[tuple[str, str]],
+    async def _send_in_hand(self, request: web.BaseRequest, d: route.Forward, *, body: bytes | None,
+                            headers: list[tuple[str, str]]) -> http1.Connection:
+        """A call whose body is in hand (or absent): written whole on a pooled connection."""
+        assert self.pool is not None
+        up_headers = route.end_to_end(headers, also_drop=IN_HAND_DROP)
+        up_headers.append(("X-Forwarded-For", request.remote or ""))
+        head = http1.request_head(method=request.method, target=request.raw_path, headers=up_headers,
+                                  body_size=len(body) if body is not None else None)
+        async with asyncio.timeout(self.settings.idle_timeout_seconds):
+            return await self.pool.call(key=(d.uid, d.ip, d.port), data=head + body if body else head,
+                                        connect_timeout=self.settings.connect_timeout_seconds)
+
+    async def _send_streamed(self, request: web.BaseRequest, d: route.Forward, *, body: bytes | None,
+                             headers: list[tuple[str, str]], in_hand: bool) -> upstream_mod.Answer:
+        """A streamed upload (or HEAD): aiohttp's client, its read timer re-armed per chunk."""
+        assert self.session is not None
+        up_headers = route.end_to_end(headers, also_drop=SET_BY_CLIENT if body is not None else frozenset())
+        up_headers.append(("X-Forwarded-For", request.remote or ""))
+        started = [False]
+        data: Any = body if body is not None else (self._stream_body(request, started) if request.body_exists else None)
+        url = f"http://{self.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"
+        try:
+            async with asyncio.timeout(self.settings.idle_timeout_seconds if in_hand else None):
+                response = await self.session.request(
+                    request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
+                    allow_redirects=False, timeout=self._unread_timeout if in_hand else self._read_timeout)
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+            if started[0]:
+                raise _ConnectFailedAfterSending(exc) from exc
+            raise http1.ConnectFailed(str(exc)) from exc
+        return upstream_mod.AiohttpAnswer(response)
+
+    async def _answer_streamed(self, request: web.BaseRequest, answer: upstream_mod.Answer, back: list[tuple[str, str]],
+                               d: route.Forward, target: route.Target) -> web.StreamResponse:
+        resp = web.StreamResponse(status=answer.status, reason=answer.reason or None)
+        for k, v in back:
+            resp.headers.add(k, v)
+        resp.headers[names.HEADER_GENERATION] = str(d.generation)
+        await resp.prepare(request)
+        while True:
+            try:
+                async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                    chunk = await answer.read_chunk()
+            except (http1.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                # Headers are sent: all that is left is to cut the stream (the client sees it end early).
+                gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
+                log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
+                         extra={"runtime": "/".join(target_key(target))})
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+            try:
+                if not chunk:
+                    await resp.write_eof()
+                    return resp
+                async with asyncio.timeout(self.settings.idle_timeout_seconds):
+                    await resp.write(chunk)
+            except (ConnectionError, asyncio.TimeoutError, aiohttp.ClientError):
+                # The client went away (or stopped reading): nothing left to send it.
+                if request.transport is not None:
+                    request.transport.close()
+                return resp
+
+    async def _answer_whole(self, request: web.BaseRequest, answer: upstream_mod.Answer, back: list[tuple[str, str]],
                             d: route.Forward, target: route.Target) -> web.StreamResponse:
         """A small answer of known length: read whole (bounded by the idle timeout), sent as one."""
         try:
             async with asyncio.timeout(self.settings.idle_timeout_seconds):
-                data = await upstream.read()
-        except (aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+                data = await answer.read_whole()
+        except (http1.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
             gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
             log.info("answer from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
                      extra={"runtime": "/".join(target_key(target))})
             return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0,
                                                       f"the pod of generation {d.generation} failed: {type(exc).__name__}",
                                                       d.generation), target=target, body=None)
-        resp = web.Response(status=upstream.status, reason=upstream.reason, body=data)
+        resp = web.Response(status=answer.status, reason=answer.reason or None, body=data)
         for k, v in back:
             if k.lower() != "content-length":
                 resp.headers.add(k, v)

@@ -1,13 +1,16 @@
-"""Dialling a pod: by UID (the name `<pod uid>.<POD_DOMAIN>` resolves to the IP the API gave
-for that pod, and nothing else resolves), with the headers as a multidict. Does no I/O of its
-own (aiohttp's connector calls the resolver).
+"""Dialling a pod through aiohttp's client: by UID (the name `<pod uid>.<POD_DOMAIN>` resolves
+to the IP the API gave for that pod, and nothing else resolves), with the headers as a
+multidict; and the answer as the call path reads it (`Answer`), from either client. Does no I/O
+of its own (aiohttp's connector calls the resolver; `AiohttpAnswer` reads through aiohttp).
 """
 
 from __future__ import annotations
 
 import collections
 import socket
+from typing import Protocol
 
+import aiohttp
 import aiohttp.abc
 import multidict
 
@@ -47,3 +50,41 @@ class PodResolver(aiohttp.abc.AbstractResolver):
 
 def multidict_of(pairs: list[tuple[str, str]]) -> multidict.CIMultiDict[str]:
     return multidict.CIMultiDict(pairs)
+
+
+class Answer(Protocol):
+    """A pod's answer as the call path reads it: `baton.gateway.http1.Connection` or `AiohttpAnswer`."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, str]]
+
+    def content_length(self) -> int | None: ...
+
+    async def read_chunk(self) -> bytes: ...
+
+    async def read_whole(self) -> bytes: ...
+
+    def release(self) -> None: ...
+
+
+class AiohttpAnswer:
+    """aiohttp's response as an `Answer` (streamed uploads and HEAD)."""
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+        self.status = response.status
+        self.reason = response.reason or ""
+        self.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+
+    def content_length(self) -> int | None:
+        return self._response.content_length
+
+    async def read_chunk(self) -> bytes:
+        return await self._response.content.readany()
+
+    async def read_whole(self) -> bytes:
+        return await self._response.read()
+
+    def release(self) -> None:
+        self._response.release()
