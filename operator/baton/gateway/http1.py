@@ -13,8 +13,8 @@ full with keep-alive, and a pooled connection that the pod closed is dropped bef
 written to it. Anything that goes wrong after the first byte was written is `UpstreamFailed`;
 before it, `ConnectFailed` (the caller may decide again).
 
-Bounds: at most `limit` connections open (a call waits for a free one, within the caller's
-timeout), at most IDLE_PER_POD idle per pod, idle ones closed after `keepalive_seconds`, an
+Bounds: at most `limit` connections open (at the limit an idle one is closed for a call that
+needs one, else the call waits for one within its connect timeout), at most IDLE_PER_POD idle per pod, idle ones closed after `keepalive_seconds`, an
 answer's buffered body paused at READ_HIGH bytes until the caller takes it.
 """
 
@@ -110,6 +110,10 @@ class Connection(asyncio.Protocol):
                 self._fail(UpstreamFailed(f"the pod closed the connection{': ' + str(exc) if exc else ''}"))
 
     # --- httptools callbacks
+    def on_message_begin(self) -> None:
+        if self.done:
+            self._fail(UpstreamFailed("the pod sent a second answer to one call"))
+
     def on_status(self, status: bytes) -> None:
         self.reason += status.decode("latin-1")
 
@@ -224,6 +228,7 @@ class Pool:
         self._idle: dict[Key, collections.deque[Connection]] = {}
         self._slots = asyncio.Semaphore(limit)
         self._open: set[Connection] = set()
+        self._waiting = 0  # calls waiting for a free connection
         self.keepalive_seconds = keepalive_seconds
         self.clock = clock
         self._swept = clock()
@@ -258,7 +263,13 @@ class Pool:
         _, ip, port = key
         try:
             async with asyncio.timeout(connect_timeout):
-                await self._slots.acquire()
+                if self._slots.locked():
+                    self._close_oldest_idle()
+                self._waiting += 1
+                try:
+                    await self._slots.acquire()
+                finally:
+                    self._waiting -= 1
                 try:
                     _, conn = await asyncio.get_running_loop().create_connection(lambda: Connection(self, key), ip, port)
                 except BaseException:
@@ -269,9 +280,18 @@ class Pool:
         self._open.add(conn)
         return conn
 
+    def _close_oldest_idle(self) -> None:
+        """At the limit, an idle connection to some pod gives its place to a call that needs one."""
+        oldest: Connection | None = None
+        for idle in self._idle.values():
+            if idle and (oldest is None or idle[0].idle_since < oldest.idle_since):
+                oldest = idle[0]
+        if oldest is not None:
+            oldest.abort()
+
     def put(self, conn: Connection) -> None:
         idle = self._idle.setdefault(conn.key, collections.deque())
-        if len(idle) >= IDLE_PER_POD:
+        if len(idle) >= IDLE_PER_POD or self._waiting:
             conn.abort()
             return
         conn.idle_since = self.clock()

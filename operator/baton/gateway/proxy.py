@@ -133,6 +133,13 @@ class Proxy:
         why = route.smuggling(headers)
         if why:
             return self.refusal(request, route.Refuse(route.Reason.BAD_REQUEST, 0, why), target=None, body=None)
+        expect = request.headers.get("Expect")
+        if expect is not None and expect.lower() == "100-continue" and request.version >= aiohttp.HttpVersion11:
+            # The client sends the body only after this; every path below may read it (a small
+            # body at once, a held one, a refusal's JSON-RPC id). aiohttp's low-level server
+            # does not answer Expect itself (its Application's router does).
+            await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            request.writer.output_size = 0
         hosts = [v for k, v in headers if k.lower() == "host"]
         target = route.parse_host(hosts[0], cluster_domain=self.settings.cluster_domain) if len(hosts) == 1 else None
         if target is None:

@@ -327,3 +327,70 @@ def test_connections_are_pooled_per_pod_uid_never_across_a_reused_ip() -> None:
             await px.close()
             await b.cleanup()
     run(go)
+
+
+def test_whole_bodies_go_over_the_pool_and_uploads_and_head_over_aiohttp_answered_alike() -> None:
+    """Calls with their body in hand are written whole on the gateway's own pooled connection
+    (baton.gateway.http1); streamed uploads and HEAD go through aiohttp's client. Either way the
+    pod gets the body whole with its own length, and the client the answer whole. A client that
+    sends `Expect: 100-continue` gets its 100 from the gateway (it hung before: aiohttp's
+    low-level server does not answer Expect)."""
+    async def go() -> None:
+        got: list[dict[str, Any]] = []
+
+        async def echo(request: web.Request) -> web.StreamResponse:
+            body = await request.read()
+            got.append({"method": request.method, "size": len(body), "expect": request.headers.get("Expect"),
+                        "length": request.headers.get("Content-Length"), "peer": request.transport.get_extra_info("peername")
+                        if request.transport else None})
+            if request.path == "/big":
+                return web.Response(body=b"x" * 150_000, content_type="application/octet-stream")
+            return web.json_response({"size": len(body)}, headers={"X-Tool": "yes"})
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", echo)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        tool_port = runner.addresses[0][1]
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", tool_port))
+        px, gw, port = await gateway(vw, st)
+        try:
+            assert px.pool is not None
+            # In hand: small bodies, a body-less POST, Expect dropped (the body goes with the head).
+            for _ in range(3):
+                status, headers, body, _ = await post(port, b'{"id":1}', headers={"Expect": "100-continue"})
+                assert status == 200 and json.loads(body) == {"size": 8} and headers["X-Tool"] == "yes"
+                assert headers["Baton-Generation"] == "1"
+            status, _, body, _ = await post(port, b"")
+            assert status == 200 and json.loads(body) == {"size": 0}
+            # A refusal that reads the body for its JSON-RPC id answers a client that expects 100 too.
+            status, _, body, _ = await post(port, b'{"jsonrpc":"2.0","id":7,"method":"m"}', host="nothing.here",
+                                            headers={"Expect": "100-continue"})
+            assert status == 404 and json.loads(body)["id"] == 7
+            assert [g["expect"] for g in got] == [None] * 4
+            assert [g["length"] for g in got] == ["8", "8", "8", "0"]
+            assert len({g["peer"] for g in got}) == 1, "one kept-alive connection carried all four"
+            assert px.pool.open_count() == 1
+            # A large answer to a small call streams back whole.
+            async with aiohttp.ClientSession() as s:
+                async with s.post(f"http://127.0.0.1:{port}/big", data=b"{}", headers={"Host": f"tool.{NS}"}) as r:
+                    assert r.status == 200 and r.headers["Baton-Generation"] == "1"
+                    assert await r.read() == b"x" * 150_000
+                # A streamed upload (larger than a body read whole) and HEAD: aiohttp's client.
+                upload = b"u" * (proxy.SMALL_BODY_BYTES + 1000)
+                async with s.post(f"http://127.0.0.1:{port}/up", data=upload, headers={"Host": f"tool.{NS}"}) as r:
+                    assert r.status == 200 and json.loads(await r.read()) == {"size": len(upload)}
+                async with s.head(f"http://127.0.0.1:{port}/", headers={"Host": f"tool.{NS}"}) as r:
+                    assert r.status == 200 and r.headers["Baton-Generation"] == "1" and await r.read() == b""
+            assert [g["method"] for g in got[-3:]] == ["POST", "POST", "HEAD"]
+            assert got[-2]["size"] == len(upload) and got[-2]["length"] == str(len(upload))
+            assert st.total_inflight() == 0
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await runner.cleanup()
+    run(go)
