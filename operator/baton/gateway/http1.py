@@ -28,6 +28,9 @@ from typing import Callable
 import httptools
 
 IDLE_PER_POD = 64
+# An answer's status line and headers, at most (aiohttp's client allows 8190 bytes per line):
+# llhttp keeps no bound of its own, and httptools gathers a header whole before it hands it over.
+MAX_HEAD_BYTES = 64 * 1024
 READ_HIGH = 256 * 1024
 READ_LOW = 64 * 1024
 SWEEP_SECONDS = 10.0
@@ -83,6 +86,8 @@ class Connection(asyncio.Protocol):
         self._paused = False
         self._waiter: asyncio.Future[None] | None = None
         self._active = False
+        self._head_bytes = 0  # bytes received before the answer's head was whole
+        self._header_bytes = 0
 
     # --- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -95,10 +100,16 @@ class Connection(asyncio.Protocol):
             # stream is out of step, never reuse it.
             self._fail(UpstreamFailed("the pod sent bytes outside an answer"))
             return
+        in_head = self._head is not None and not self._head.done()
+        if in_head:
+            self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(UpstreamFailed(f"the pod's answer is not valid HTTP/1.1: {exc}"))
+            return
+        if in_head and self._head is not None and not self._head.done() and self._head_bytes > MAX_HEAD_BYTES:
+            self._fail(UpstreamFailed(f"the pod's answer has no end of its head within {MAX_HEAD_BYTES} bytes"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -118,6 +129,10 @@ class Connection(asyncio.Protocol):
         self.reason += status.decode("latin-1")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_bytes > MAX_HEAD_BYTES:
+            self._fail(UpstreamFailed(f"the pod's answer has more than {MAX_HEAD_BYTES} bytes of headers"))
+            return
         self.headers.append((name.decode("latin-1"), value.decode("latin-1")))
 
     def on_headers_complete(self) -> None:
@@ -215,6 +230,8 @@ class Connection(asyncio.Protocol):
 
     def release(self) -> None:
         """Back to the pool if the answer was read in full with keep-alive, else closed."""
+        if not self._active:
+            return  # released already
         reusable = self.done and self.keep_alive and self.error is None and not self._chunks and not self.closed
         self._active = False
         if reusable:
@@ -254,7 +271,9 @@ class Pool:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()  # the most recently used: the least likely to be timed out by the pod
-            if not conn.closed and now - conn.idle_since < self.keepalive_seconds:
+            # A pod's FIN may be read and the close not yet told (connection_lost comes a turn later).
+            closing = conn.transport is None or conn.transport.is_closing()
+            if not conn.closed and not closing and now - conn.idle_since < self.keepalive_seconds:
                 return conn
             conn.abort()
         return None

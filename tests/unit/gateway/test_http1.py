@@ -198,13 +198,15 @@ def test_an_answer_not_read_in_full_closes_its_connection() -> None:
     (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", "two lengths"),
     (b"NOT HTTP AT ALL\r\n\r\n", "no status line"),
     (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", "an upgrade nobody asked for"),
+    (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (http1.MAX_HEAD_BYTES + 10) + b"\r\n\r\n", "a head past the bound"),
+    (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (4 * http1.MAX_HEAD_BYTES), "a header line with no end"),
 ])
 def test_a_broken_answer_fails_the_call_and_its_connection_is_never_reused(answer: bytes, why: str) -> None:
     async def main() -> None:
         pod = await pod_with(keep_answering(answer))
         pool = http1.Pool(limit=8, keepalive_seconds=30)
         with pytest.raises(http1.UpstreamFailed):
-            conn = await pool.call(key=key(pod), data=HEAD, connect_timeout=1.0)
+            conn = await asyncio.wait_for(pool.call(key=key(pod), data=HEAD, connect_timeout=1.0), 5)
             try:
                 await asyncio.wait_for(conn.read_whole(), 5)
                 await asyncio.sleep(0.05)  # bytes after a whole answer arrive after it
