@@ -195,6 +195,9 @@ class Connection(asyncio.Protocol):
         self.transport.write(data)
         return self._head
 
+    def arrived(self) -> bool:
+        return self.done or self.error is not None
+
     async def read_chunk(self) -> bytes:
         """The next part of the answer's body; b"" at its end."""
         while not self._chunks:

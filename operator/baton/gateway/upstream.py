@@ -61,6 +61,9 @@ class Answer(Protocol):
 
     def content_length(self) -> int | None: ...
 
+    def arrived(self) -> bool:
+        """The whole answer is in hand: reading it waits for nothing."""
+
     async def read_chunk(self) -> bytes: ...
 
     async def read_whole(self) -> bytes: ...
@@ -79,6 +82,9 @@ class AiohttpAnswer:
 
     def content_length(self) -> int | None:
         return self._response.content_length
+
+    def arrived(self) -> bool:
+        return False  # not asked of aiohttp: its answers are read under the idle timeout
 
     async def read_chunk(self) -> bytes:
         return await self._response.content.readany()
