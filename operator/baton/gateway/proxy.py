@@ -131,6 +131,10 @@ class Proxy:
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]
         why = route.smuggling(headers)
+        if not why and not request.raw_path.startswith("/"):
+            # Absolute-form ("GET http://host/ ...") names an authority the pod might read
+            # instead of the Host the call was routed by; "*" means nothing to a tool.
+            why = "the request target must be a path (origin-form)"
         if why:
             return self.refusal(request, route.Refuse(route.Reason.BAD_REQUEST, 0, why), target=None, body=None)
         expect = request.headers.get("Expect")

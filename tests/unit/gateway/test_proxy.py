@@ -394,3 +394,30 @@ def test_whole_bodies_go_over_the_pool_and_uploads_and_head_over_aiohttp_answere
             await px.close()
             await runner.cleanup()
     run(go)
+
+
+def test_a_request_target_that_is_not_a_path_is_refused_and_nothing_is_dialled() -> None:
+    """Absolute-form names an authority the pod could read instead of the routed Host: 400."""
+    async def go() -> None:
+        seen: list[int] = []
+        b1, p1 = await backend(1, seen)
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", p1))
+        px, gw, port = await gateway(vw, st)
+        try:
+            answers = []
+            for target in (b"http://elsewhere.example/mcp", b"*", b"/mcp"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(b"OPTIONS " + target + f" HTTP/1.1\r\nHost: tool.{NS}\r\nConnection: close\r\n\r\n".encode())
+                answers.append((await reader.read()).split(b"\r\n", 1)[0])
+                writer.close()
+            assert answers[0].startswith(b"HTTP/1.1 400") and answers[1].startswith(b"HTTP/1.1 400"), answers
+            assert answers[2].startswith(b"HTTP/1.1 200"), answers
+            assert seen == [1], "only the origin-form call reached the pod"
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await b1.cleanup()
+    run(go)
