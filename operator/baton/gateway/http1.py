@@ -105,7 +105,8 @@ class Connection(asyncio.Protocol):
             self._head_bytes += len(data)
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            # HttpParserUpgrade (not an HttpParserError): a 101, failed already at its end.
             self._fail(UpstreamFailed(f"the pod's answer is not valid HTTP/1.1: {exc}"))
             return
         if in_head and self._head is not None and not self._head.done() and self._head_bytes > MAX_HEAD_BYTES:

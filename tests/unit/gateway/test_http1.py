@@ -197,12 +197,14 @@ def test_an_answer_not_read_in_full_closes_its_connection() -> None:
     (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", "two answers"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", "two lengths"),
     (b"NOT HTTP AT ALL\r\n\r\n", "no status line"),
-    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n", "an upgrade nobody asked for"),
+    (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", "an upgrade nobody asked for"),
     (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (http1.MAX_HEAD_BYTES + 10) + b"\r\n\r\n", "a head past the bound"),
     (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (4 * http1.MAX_HEAD_BYTES), "a header line with no end"),
 ])
 def test_a_broken_answer_fails_the_call_and_its_connection_is_never_reused(answer: bytes, why: str) -> None:
     async def main() -> None:
+        loop_errors: list[dict[str, object]] = []
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: loop_errors.append(context))
         pod = await pod_with(keep_answering(answer))
         pool = http1.Pool(limit=8, keepalive_seconds=30)
         with pytest.raises(http1.UpstreamFailed):
@@ -216,6 +218,7 @@ def test_a_broken_answer_fails_the_call_and_its_connection_is_never_reused(answe
                 conn.release()
         await asyncio.sleep(0.05)
         assert pool.open_count() == 0, why
+        assert not loop_errors, loop_errors  # failed by the protocol, not by asyncio's fatal-error path
         pool.close()
         await pod.stop()
     asyncio.run(main())
