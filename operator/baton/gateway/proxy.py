@@ -44,14 +44,9 @@ SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 # Connections to pods for calls written whole (baton.gateway.http1); aiohttp's pool has its own.
 POOL_LIMIT = 4096
 KEEPALIVE_SECONDS = 30.0
-
-
-class _ConnectFailedAfterSending(http1.UpstreamFailed):
-    """aiohttp's connector failed after a streamed upload's first chunk was taken: not sent again."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+# aiohttp's connect failures: counted as such even when a streamed upload had begun (then the
+# call is not decided again: its first chunk was taken).
+AIOHTTP_CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 class Proxy:
@@ -161,11 +156,9 @@ class Proxy:
         if not websocket and request.body_exists and request.content_length is not None \
                 and request.content_length <= SMALL_BODY_BYTES:
             try:
-                if request.content.is_eof():
-                    body = await request.read()  # all there: no wait to bound (a timer less per call)
-                else:
-                    async with asyncio.timeout(self.settings.idle_timeout_seconds):
-                        body = await request.read()
+                # All there: no wait to bound, and no timer armed (one less per call).
+                async with asyncio.timeout(None if request.content.is_eof() else self.settings.idle_timeout_seconds):
+                    body = await request.read()
             except (asyncio.TimeoutError, aiohttp.ClientError, ConnectionError):
                 return self.refusal(request, route.Refuse(route.Reason.BAD_REQUEST, 0, "the request's body did not arrive"),
                                     target=target, body=None)
@@ -298,9 +291,8 @@ class Proxy:
             except (http1.UpstreamFailed, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
                 # Sent (maybe in part), no answer in time or the pod failed: never sent again, a
                 # tool call need not be idempotent.
-                after_sending = isinstance(exc, _ConnectFailedAfterSending)
-                gwmetrics.UPSTREAM_ERRORS.labels(kind="connect" if after_sending else "request").inc()
-                return self._upstream_failed(request, target, d, body, exc.cause if isinstance(exc, _ConnectFailedAfterSending) else exc)
+                gwmetrics.UPSTREAM_ERRORS.labels(kind="connect" if isinstance(exc, AIOHTTP_CONNECT_ERRORS) else "request").inc()
+                return self._upstream_failed(request, target, d, body, exc)
             try:
                 gwmetrics.calls(outcome, "").inc()
                 if held_since is not None:
@@ -345,9 +337,9 @@ class Proxy:
                 response = await self.session.request(
                     request.method, url, headers=upstream_mod.multidict_of(up_headers), data=data,
                     allow_redirects=False, timeout=self._unread_timeout if in_hand else self._read_timeout)
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
+        except AIOHTTP_CONNECT_ERRORS as exc:
             if started[0]:
-                raise _ConnectFailedAfterSending(exc) from exc
+                raise  # an upload begun is never sent again
             raise http1.ConnectFailed(str(exc)) from exc
         return upstream_mod.AiohttpAnswer(response)
 
@@ -364,9 +356,7 @@ class Proxy:
                     chunk = await answer.read_chunk()
             except (http1.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 # Headers are sent: all that is left is to cut the stream (the client sees it end early).
-                gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
-                log.info("stream from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
-                         extra={"runtime": "/".join(target_key(target))})
+                _ended_early("stream", target, d, exc)
                 if request.transport is not None:
                     request.transport.close()
                 return resp
@@ -386,15 +376,10 @@ class Proxy:
                             d: route.Forward, target: route.Target) -> web.StreamResponse:
         """A small answer of known length: read whole (bounded by the idle timeout), sent as one."""
         try:
-            if answer.arrived():
-                data = await answer.read_whole()  # all there: no wait to bound
-            else:
-                async with asyncio.timeout(self.settings.idle_timeout_seconds):
-                    data = await answer.read_whole()
+            async with asyncio.timeout(None if answer.arrived() else self.settings.idle_timeout_seconds):
+                data = await answer.read_whole()
         except (http1.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
-            gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
-            log.info("answer from %s/%s g%s ended early: %s", *target_key(target), d.generation, exc,
-                     extra={"runtime": "/".join(target_key(target))})
+            _ended_early("answer", target, d, exc)
             return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0,
                                                       f"the pod of generation {d.generation} failed: {type(exc).__name__}",
                                                       d.generation), target=target, body=None)
@@ -419,6 +404,12 @@ class Proxy:
                  extra={"runtime": "/".join(target_key(target))})
         return self.refusal(request, route.Refuse(route.Reason.UPSTREAM_ERROR, 0, f"the pod of generation {d.generation} failed: {type(exc).__name__}",
                                                   d.generation), target=target, body=body)
+
+
+def _ended_early(what: str, target: route.Target, d: route.Forward, exc: BaseException) -> None:
+    gwmetrics.UPSTREAM_ERRORS.labels(kind="stream").inc()
+    log.info("%s from %s/%s g%s ended early: %s", what, *target_key(target), d.generation, exc,
+             extra={"runtime": "/".join(target_key(target))})
 
 
 def result_is_retry(d: route.Decision) -> bool:
