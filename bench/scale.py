@@ -43,6 +43,8 @@ from dev.wait import WaitTimeout, wait_for
 ROOT = Path(__file__).resolve().parents[1]
 
 NS_B, NS_D = "scale-baton", "scale-deploy"
+# --beside-single: one unsharded replica over N runtimes of its own, beside the sharded ones.
+NS_S = "scale-single"
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -115,19 +117,46 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
     return total
 
 
-def per_replica(procs: list[Proc], ports: list[int]) -> None:
+# The per-replica figures, in the table's order: (heading, width, format).
+FIGURES = (("CPU-s", 8, ".1f"), ("peak RSS MiB", 13, ".1f"), ("RSS idle MiB", 13, ".1f"), ("watch events", 13, ".0f"),
+           ("watch MiB", 10, ".2f"), ("cached objs", 12, ".0f"), ("ranges", 7, ".0f"), ("transitions", 12, ".0f"),
+           ("passes", 7, ".0f"), ("API reqs", 9, ".0f"), ("409s", 6, ".0f"))
+# What the issue compares, one replica of a pair against one replica alone (issue 26: <= 0.6).
+COMPARED = ("watch events", "watch MiB", "cached objs", "passes", "API reqs", "CPU-s", "peak RSS MiB")
+
+
+def replica_figures(p: Proc, port: int) -> dict[str, float]:
+    text = scrape(port)
+    return {"CPU-s": p.cpu(), "peak RSS MiB": p.peak_rss_mib(), "RSS idle MiB": p.rss_mib(),
+            "watch events": metric_sum(text, "baton_watch_events_total"),
+            "watch MiB": metric_sum(text, "baton_watch_bytes_total") / 2**20,
+            "cached objs": metric_sum(text, "baton_cache_objects"),
+            "ranges": metric_sum(text, "baton_shard_ranges_held"),
+            "transitions": metric_sum(text, "baton_transitions_total"),
+            "passes": metric_sum(text, "baton_passes_total"),
+            "API reqs": metric_sum(text, "baton_api_requests_total"),
+            "409s": metric_sum(text, "baton_api_requests_total", code="409")}
+
+
+def per_replica(procs: list[Proc], ports: list[int], *, single: tuple[Proc, int] | None = None) -> None:
     """Each replica's own cost, in one table: what sharding divides (sharded, each replica lists
-    and watches only its ranges' objects)."""
-    print(f"{'per replica':14} {'CPU-s':>8} {'peak RSS MiB':>13} {'RSS idle MiB':>13} {'watch events':>13} {'watch MiB':>10} {'cached objs':>12} "
-          f"{'ranges':>7} {'transitions':>12} {'passes':>7} {'API reqs':>9} {'409s':>6}")
-    for i, (p, port) in enumerate(zip(procs, ports)):
-        text = scrape(port)
-        print(f"{f'scale-{i}':14} {p.cpu():8.1f} {p.peak_rss_mib():13.1f} {p.rss_mib():13.1f} "
-              f"{metric_sum(text, 'baton_watch_events_total'):13.0f} {metric_sum(text, 'baton_watch_bytes_total') / 2**20:10.2f} "
-              f"{metric_sum(text, 'baton_cache_objects'):12.0f} "
-              f"{metric_sum(text, 'baton_shard_ranges_held'):7.0f} {metric_sum(text, 'baton_transitions_total'):12.0f} "
-              f"{metric_sum(text, 'baton_passes_total'):7.0f} {metric_sum(text, 'baton_api_requests_total'):9.0f} "
-              f"{metric_sum(text, 'baton_api_requests_total', code='409'):6.0f}")
+    and watches only its ranges' objects). With `single` (--beside-single), its row too, and each
+    replica's figures against it: the same machine, the same moments, the same API server."""
+    print(f"{'per replica':14} " + " ".join(f"{head:>{width}}" for head, width, _ in FIGURES))
+    rows = [(f"scale-{i}", replica_figures(p, port)) for i, (p, port) in enumerate(zip(procs, ports))]
+    if single is not None:
+        rows.append(("single", replica_figures(*single)))
+    for label, fig in rows:
+        print(f"{label:14} " + " ".join(f"{fig[head]:{width}{fmt}}" for head, width, fmt in FIGURES))
+    if single is None:
+        return
+    alone = rows[-1][1]
+    print("each replica against the single one beside it (issue 26: <= 0.6)")
+    print(f"{'':14} " + " ".join(f"{head:>{max(width, 8)}}" for head, width, _ in FIGURES if head in COMPARED))
+    for label, fig in rows[:-1]:
+        print(f"{label:14} " + " ".join(
+            f"{fig[head] / alone[head] if alone[head] else float('nan'):{max(width, 8)}.2f}"
+            for head, width, _ in FIGURES if head in COMPARED))
 
 
 def failover(ops: list[subprocess.Popen[bytes]], procs: list[Proc], ports: list[int], *, custom: Any, coord: Any,
@@ -204,6 +233,18 @@ def wait_served_above(runtimes: watched.Watched, above: dict[str, int], *, what:
     return sum(1 for name, s in now.items() if s[0] > above[name] + 1)
 
 
+def wait_sides(sides: list[tuple[str, watched.Watched]], above: Callable[[watched.Watched], dict[str, int]], *,
+               what: str, timeout: float, interval: float, t0: float) -> list[tuple[int, float]]:
+    """wait_served_above for each side at once (one thread each); per side, (numbers given up,
+    seconds from t0 until that side was done)."""
+    def one(side: tuple[str, watched.Watched]) -> tuple[int, float]:
+        ns, runtimes = side
+        skipped = wait_served_above(runtimes, above(runtimes), what=f"{ns}: {what}", timeout=timeout, interval=interval)
+        return skipped, time.monotonic() - t0
+    with concurrent.futures.ThreadPoolExecutor(len(sides)) as pool:
+        return list(pool.map(one, sides))
+
+
 def parallel(fn: Callable[[int], Any], n: int, threads: int = 16) -> None:
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(fn, range(n)))
@@ -223,17 +264,24 @@ def main() -> int:
                     help="no Deployments beside (the per-replica figures and the failover only; the ratios print as -)")
     ap.add_argument("--skip-failover", action="store_true",
                     help="with shards, stop after the per-replica figures (a profile then covers create, changes and idle only)")
+    ap.add_argument("--beside-single", action="store_true",
+                    help="with shards, also one unsharded replica over N runtimes of its own namespace, created "
+                         "and changed at the same moments; each sharded replica's figures are then printed against "
+                         "its (one run: the same machine and API server for both)")
     ap.add_argument("--log-level", default="WARNING", help="BATON_LOG_LEVEL of the operators (logs: the work directory)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--profile", metavar="FILE", help="run the (first) operator under py-spy record, "
                     "writing collapsed stacks to FILE (pip install py-spy; .[bench])")
     args = ap.parse_args()
+    if args.beside_single and not args.shard_ranges:
+        ap.error("--beside-single needs --shard-ranges (the replicas it is set beside are sharded)")
     work = Path(tempfile.mkdtemp(prefix="baton-scale-"))
     py = sys.executable
     process.plane(py, "up", "--dir", work / "plane", check=True, stdout=subprocess.DEVNULL)
     kubeconfig = str(work / "plane" / "kubeconfig")
     ops: list[subprocess.Popen[bytes]] = []
     procs: list[Proc] = []
+    single_op: subprocess.Popen[bytes] | None = None
     watchers: list[watched.Watched] = []
     try:
         config.load_kube_config(kubeconfig)
@@ -244,25 +292,36 @@ def main() -> int:
         kubectl = [str(Path(py).parent / "kubectl"), "--kubeconfig", kubeconfig]
         subprocess.run(kubectl + ["apply", "-f", str(ROOT / "crds")], check=True, stdout=subprocess.DEVNULL)
         wait_established(client.ApiClient())
-        for ns in (NS_B, NS_D):
+        for ns in (NS_B, NS_D, *((NS_S,) if args.beside_single else ())):
             core.create_namespace({"metadata": {"name": ns}})
-        metrics_ports = []
-        for r in range(args.replicas):
+
+        def start_operator(identity: str, namespace: str, shard_ranges: int, *,
+                           profile: bool = False) -> tuple[subprocess.Popen[bytes], int]:
             mport, hport = free_port(), free_port()
-            metrics_ports.append(mport)
-            env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=f"scale-{r}", BATON_NAMESPACES=NS_B,
+            env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=identity, BATON_NAMESPACES=namespace,
                        BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
                        BATON_LOG_LEVEL=args.log_level, BATON_WORKERS=str(args.workers),
                        BATON_DIGEST_KEY_FILE=digestkey.ensure(work / "digest.key"),
-                       BATON_SHARD_RANGES=str(args.shard_ranges), BATON_SYSTEM_NAMESPACE=NS_B)
+                       BATON_SHARD_RANGES=str(shard_ranges), BATON_SYSTEM_NAMESPACE=namespace)
             argv = [py, "-m", "baton"]
-            if args.profile and r == 0:
+            if profile:
                 spy = str(Path(py).parent / "py-spy")
                 argv = [spy, "record", "--format", "raw", "--rate", "50", "--nonblocking",
                         "--output", args.profile, "--", *argv]
-            ops.append(subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{r}.log", "wb"),
-                                        stderr=subprocess.STDOUT))
+            op = subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{identity}.log", "wb"),
+                                  stderr=subprocess.STDOUT)
             wait_for(lambda: process.healthy(hport), timeout=60, what="operator healthy", interval=0.2)
+            return op, mport
+
+        metrics_ports = []
+        for r in range(args.replicas):
+            op, mport = start_operator(f"scale-{r}", NS_B, args.shard_ranges, profile=bool(args.profile) and r == 0)
+            ops.append(op)
+            metrics_ports.append(mport)
+        single: tuple[Proc, int] | None = None
+        if args.beside_single:
+            single_op, single_port = start_operator("single", NS_S, 0)
+            single = (Proc(single_op.pid), single_port)
         # Under py-spy the operator is py-spy's child: measure that process, not the profiler.
         procs = [Proc(int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
                       if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]
@@ -276,6 +335,14 @@ def main() -> int:
         watched_d = watched.Watched(api, f"/apis/apps/v1/namespaces/{NS_D}/deployments",
                                     watched.deployment_summary).start()
         watchers.extend((watched_rt, watched_d))
+        watched_s: watched.Watched | None = None
+        if args.beside_single:
+            watched_s = watched.Watched(api, f"/apis/baton.dev/v1alpha1/namespaces/{NS_S}/toolruntimes",
+                                        watched.runtime_summary).start()
+            watchers.append(watched_s)
+        # The namespaces whose runtimes are created and changed together: the sharded replicas'
+        # first, then the single replica's beside them (each runtime of one has its twin in the other).
+        sides = [(NS_B, watched_rt)] + ([(NS_S, watched_s)] if watched_s is not None else [])
 
         def deploy_ready(names: set[str], want_gen: dict[str, int] | None = None) -> Callable[[], bool]:
             def check() -> bool:
@@ -289,12 +356,14 @@ def main() -> int:
         cpu0 = [p.cpu() for p in procs]
         req0 = sum(api_requests(scrape(port)) for port in metrics_ports)
         t0 = time.monotonic()
-        parallel(lambda i: custom.create_namespaced_custom_object("baton.dev", "v1alpha1", NS_B, "toolruntimes", {
-            "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "metadata": {"name": f"rt-{i:04d}"},
-            "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n)
-        skipped_create = wait_served_above(watched_rt, dict.fromkeys(names, 0), what="baton: all Ready",
-                                           timeout=args.timeout, interval=0.5)
-        baton_create = time.monotonic() - t0
+        # Interleaved: with --beside-single, the twins in the two namespaces are created together.
+        parallel(lambda j: custom.create_namespaced_custom_object(
+            "baton.dev", "v1alpha1", sides[j % len(sides)][0], "toolruntimes", {
+                "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime",
+                "metadata": {"name": f"rt-{j // len(sides):04d}"},
+                "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n * len(sides))
+        (skipped_create, baton_create), *single_create = wait_sides(
+            sides, lambda side: dict.fromkeys(names, 0), what="all Ready", timeout=args.timeout, interval=0.5, t0=t0)
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
         req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
 
@@ -316,14 +385,14 @@ def main() -> int:
         plane = plane_procs(work / "plane")
         plane0 = {name: pr.cpu() for name, pr in plane.items()}
         busy0, total0 = machine_busy()
-        served_before = {name: s[0] for name, s in watched_rt.summaries(changed).items()}
+        served_before = {id(side): {name: s[0] for name, s in side.summaries(changed).items()} for _, side in sides}
         t0 = time.monotonic()
-        parallel(lambda i: custom.patch_namespaced_custom_object(
-            "baton.dev", "v1alpha1", NS_B, "toolruntimes", f"rt-{i:04d}",
-            {"spec": {"template": template("example/tool:2", "baton")}}), k)
-        skipped_change = wait_served_above(watched_rt, served_before, what="baton: changes converged",
-                                           timeout=args.timeout, interval=1.0)
-        baton_change = time.monotonic() - t0
+        parallel(lambda j: custom.patch_namespaced_custom_object(
+            "baton.dev", "v1alpha1", sides[j % len(sides)][0], "toolruntimes", f"rt-{j // len(sides):04d}",
+            {"spec": {"template": template("example/tool:2", "baton")}}), k * len(sides))
+        (skipped_change, baton_change), *single_change = wait_sides(
+            sides, lambda side: served_before[id(side)], what="changes converged", timeout=args.timeout,
+            interval=1.0, t0=t0)
         cpu_change = sum(p.cpu() for p in procs) - cpu1
         busy1, total1 = machine_busy()
         plane_change = {name: pr.cpu() - plane0[name] for name, pr in plane.items()}
@@ -349,6 +418,10 @@ def main() -> int:
         idle_cpu = sum(p.cpu() for p in procs) - cpu2
         idle_writes = sum(api_requests(scrape(port), writes_only=True) for port in metrics_ports) - w0
         rss = max(p.peak_rss_mib() for p in procs)
+        if single_create and single_change:
+            print(f"beside: one unsharded replica over N runtimes of {NS_S}, created and changed at the same moments: "
+                  f"all Ready {single_create[0][1]:.1f}s, changes converged {single_change[0][1]:.1f}s, "
+                  f"numbers given up {single_create[0][0]}, {single_change[0][0]}")
 
         print(f"N={n}, changes={k}, replicas={args.replicas}, workers={args.workers} "
               f"(same plane, same template; Baton first, then Deployments)")
@@ -375,7 +448,7 @@ def main() -> int:
         print(f"{f'idle {args.idle_seconds}s: CPU-s (% of a core)':38} {idle_cpu:10.2f} "
               f"({100 * idle_cpu / args.idle_seconds:.2f} %)")
         print(f"{f'idle {args.idle_seconds}s: API writes':38} {idle_writes:10.0f}")
-        per_replica(procs, metrics_ports)
+        per_replica(procs, metrics_ports, single=single)
         if args.shard_ranges and len(ops) >= 2 and not args.skip_failover:
             failover(ops, procs, metrics_ports, custom=custom, coord=client.CoordinationV1Api(api), core=core,
                      ranges=args.shard_ranges, timeout=args.timeout, runtimes=watched_rt)
@@ -392,7 +465,9 @@ def main() -> int:
                     pass
             else:
                 op.terminate()
-        process.stop(ops, timeout=30, terminate=False)
+        if single_op is not None:
+            single_op.terminate()
+        process.stop([*ops, *((single_op,) if single_op is not None else ())], timeout=30, terminate=False)
         process.plane(py, "down", "--dir", work / "plane", stdout=subprocess.DEVNULL)
         print(f"(logs in {work})", file=sys.stderr)
 
