@@ -142,16 +142,22 @@ def per_replica(procs: list[Proc], ports: list[int], *, single: tuple[Proc, int]
     """Each replica's own cost, in one table: what sharding divides (sharded, each replica lists
     and watches only its ranges' objects). With `single` (--beside-single), its row too, and each
     replica's figures against it: the same machine, the same moments, the same API server."""
-    print(f"{'per replica':14} " + " ".join(f"{head:>{width}}" for head, width, _ in FIGURES))
     rows = [(f"scale-{i}", replica_figures(p, port)) for i, (p, port) in enumerate(zip(procs, ports))]
     if single is not None:
         rows.append(("single", replica_figures(*single)))
+    print_replicas(rows, against_last=single is not None)
+
+
+def print_replicas(rows: list[tuple[str, dict[str, float]]], *, against_last: bool) -> None:
+    """The per-replica table; with `against_last`, then each other row's COMPARED figures divided
+    by the last row's."""
+    print(f"{'per replica':14} " + " ".join(f"{head:>{width}}" for head, width, _ in FIGURES))
     for label, fig in rows:
         print(f"{label:14} " + " ".join(f"{fig[head]:{width}{fmt}}" for head, width, fmt in FIGURES))
-    if single is None:
+    if not against_last:
         return
     alone = rows[-1][1]
-    print("each replica against the single one beside it (issue 26: <= 0.6)")
+    print(f"each replica against the {rows[-1][0]} one beside it (issue 26: <= 0.6)")
     print(f"{'':14} " + " ".join(f"{head:>{max(width, 8)}}" for head, width, _ in FIGURES if head in COMPARED))
     for label, fig in rows[:-1]:
         print(f"{label:14} " + " ".join(
