@@ -65,8 +65,8 @@ CHANGES ?= 100
 REPLICAS ?= 1
 WORKERS ?= 8
 SHARDS ?= 0
-bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Deployments, per-replica costs (make bench-scale N=1000 CHANGES=100 REPLICAS=2 SHARDS=16: with shards, the failover of a SIGKILLed replica)
-	$(PY) -m bench.scale --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS) --shard-ranges $(SHARDS)
+bench-scale: $(PY_DEPS) tools ## N runtimes and K changes beside N Recreate Deployments, per-replica costs (make bench-scale N=1000 CHANGES=100 REPLICAS=2 SHARDS=16: with shards, the failover of a SIGKILLed replica; SINGLE=1: one unsharded replica beside them in the same run)
+	$(PY) -m bench.scale --n $(N) --changes $(CHANGES) --replicas $(REPLICAS) --workers $(WORKERS) --shard-ranges $(SHARDS) $(if $(SINGLE),--beside-single)
 
 COUNT ?= 2000
 bench-configmaps: $(PY_DEPS) tools ## peak operator RSS, COUNT ConfigMaps of 100 KiB in the cluster (BASELINE=DIR: another operator tree beside it)

@@ -239,6 +239,11 @@ def wait_served_above(runtimes: watched.Watched, above: dict[str, int], *, what:
     return sum(1 for name, s in now.items() if s[0] > above[name] + 1)
 
 
+def profiled(op: subprocess.Popen[bytes]) -> int:
+    """Under py-spy the operator is py-spy's child: that process is measured, not the profiler."""
+    return int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
+
+
 def wait_sides(sides: list[tuple[str, watched.Watched]], above: Callable[[watched.Watched], dict[str, int]], *,
                what: str, timeout: float, interval: float, t0: float) -> list[tuple[int, float]]:
     """wait_served_above for each side at once (one thread each); per side, (numbers given up,
@@ -277,7 +282,8 @@ def main() -> int:
     ap.add_argument("--log-level", default="WARNING", help="BATON_LOG_LEVEL of the operators (logs: the work directory)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--profile", metavar="FILE", help="run the (first) operator under py-spy record, "
-                    "writing collapsed stacks to FILE (pip install py-spy; .[bench])")
+                    "writing collapsed stacks to FILE (pip install py-spy; .[bench]); with --beside-single, "
+                    "the single replica too, to FILE.single")
     args = ap.parse_args()
     if args.beside_single and not args.shard_ranges:
         ap.error("--beside-single needs --shard-ranges (the replicas it is set beside are sharded)")
@@ -288,6 +294,7 @@ def main() -> int:
     ops: list[subprocess.Popen[bytes]] = []
     procs: list[Proc] = []
     single_op: subprocess.Popen[bytes] | None = None
+    single: tuple[Proc, int] | None = None
     watchers: list[watched.Watched] = []
     try:
         config.load_kube_config(kubeconfig)
@@ -302,7 +309,7 @@ def main() -> int:
             core.create_namespace({"metadata": {"name": ns}})
 
         def start_operator(identity: str, namespace: str, shard_ranges: int, *,
-                           profile: bool = False) -> tuple[subprocess.Popen[bytes], int]:
+                           profile: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
             mport, hport = free_port(), free_port()
             env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=identity, BATON_NAMESPACES=namespace,
                        BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
@@ -313,7 +320,7 @@ def main() -> int:
             if profile:
                 spy = str(Path(py).parent / "py-spy")
                 argv = [spy, "record", "--format", "raw", "--rate", "50", "--nonblocking",
-                        "--output", args.profile, "--", *argv]
+                        "--output", profile, "--", *argv]
             op = subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{identity}.log", "wb"),
                                   stderr=subprocess.STDOUT)
             wait_for(lambda: process.healthy(hport), timeout=60, what="operator healthy", interval=0.2)
@@ -321,16 +328,15 @@ def main() -> int:
 
         metrics_ports = []
         for r in range(args.replicas):
-            op, mport = start_operator(f"scale-{r}", NS_B, args.shard_ranges, profile=bool(args.profile) and r == 0)
+            op, mport = start_operator(f"scale-{r}", NS_B, args.shard_ranges, profile=args.profile if r == 0 else None)
             ops.append(op)
             metrics_ports.append(mport)
-        single: tuple[Proc, int] | None = None
         if args.beside_single:
-            single_op, single_port = start_operator("single", NS_S, 0)
-            single = (Proc(single_op.pid), single_port)
+            single_op, single_port = start_operator(
+                "single", NS_S, 0, profile=f"{args.profile}.single" if args.profile else None)
+            single = (Proc(profiled(single_op) if args.profile else single_op.pid), single_port)
         # Under py-spy the operator is py-spy's child: measure that process, not the profiler.
-        procs = [Proc(int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
-                      if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]
+        procs = [Proc(profiled(op) if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]
         budgets = {"lockSeconds": 10, "connectSeconds": 120, "drainSeconds": 1, "terminationGraceSeconds": 1,
                    "cleanupSeconds": 30}
 
@@ -462,17 +468,16 @@ def main() -> int:
     finally:
         for w in watchers:
             w.stop()
-        for i, op in enumerate(ops):
-            if args.profile and i == 0 and procs:
+        for op, proc in [*zip(ops, procs or [None] * len(ops)), *([(single_op, single[0] if single else None)]
+                                                                   if single_op is not None else [])]:
+            if args.profile and proc is not None and proc.pid != op.pid:
                 # Stop the operator itself: py-spy then writes its profile and exits.
                 try:
-                    os.kill(procs[0].pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
             else:
                 op.terminate()
-        if single_op is not None:
-            single_op.terminate()
         process.stop([*ops, *((single_op,) if single_op is not None else ())], timeout=30, terminate=False)
         process.plane(py, "down", "--dir", work / "plane", stdout=subprocess.DEVNULL)
         print(f"(logs in {work})", file=sys.stderr)
