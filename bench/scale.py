@@ -366,7 +366,15 @@ def main() -> int:
         n = args.n
         names = {f"rt-{i:04d}" for i in range(n)}
         cpu0 = [p.cpu() for p in procs]
-        req0 = sum(api_requests(scrape(port)) for port in metrics_ports)
+        def requests_now(*, writes_only: bool = False) -> float:
+            """The sharded replicas' API requests so far. The single replica beside them is scraped
+            at the same moments (and its answer dropped): a scrape costs its process CPU, so each
+            process pays for as many."""
+            if single is not None:
+                scrape(single[1])
+            return sum(api_requests(scrape(port), writes_only=writes_only) for port in metrics_ports)
+
+        req0 = requests_now()
         t0 = time.monotonic()
         # Interleaved: with --beside-single, the twins in the two namespaces are created together.
         parallel(lambda j: custom.create_namespaced_custom_object(
@@ -377,7 +385,7 @@ def main() -> int:
         (skipped_create, baton_create), *single_create = wait_sides(
             sides, lambda side: dict.fromkeys(names, 0), what="all Ready", timeout=args.timeout, interval=0.5, t0=t0)
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
-        req_create = sum(api_requests(scrape(port)) for port in metrics_ports) - req0
+        req_create = requests_now() - req0
 
         dnames = {f"d-{i:04d}" for i in range(n)} if not args.skip_deployments else set()
         t0 = time.monotonic()
@@ -425,10 +433,10 @@ def main() -> int:
 
         time.sleep(5)
         cpu2 = sum(p.cpu() for p in procs)
-        w0 = sum(api_requests(scrape(port), writes_only=True) for port in metrics_ports)
+        w0 = requests_now(writes_only=True)
         time.sleep(args.idle_seconds)
         idle_cpu = sum(p.cpu() for p in procs) - cpu2
-        idle_writes = sum(api_requests(scrape(port), writes_only=True) for port in metrics_ports) - w0
+        idle_writes = requests_now(writes_only=True) - w0
         rss = max(p.peak_rss_mib() for p in procs)
         if single_create and single_change:
             print(f"beside: one unsharded replica over N runtimes of {NS_S}, created and changed at the same moments: "
