@@ -244,13 +244,13 @@ def profiled(op: subprocess.Popen[bytes]) -> int:
     return int(Path(f"/proc/{op.pid}/task/{op.pid}/children").read_text().split()[0])
 
 
-def wait_sides(sides: list[tuple[str, watched.Watched]], above: Callable[[watched.Watched], dict[str, int]], *,
-               what: str, timeout: float, interval: float, t0: float) -> list[tuple[int, float]]:
-    """wait_served_above for each side at once (one thread each); per side, (numbers given up,
-    seconds from t0 until that side was done)."""
-    def one(side: tuple[str, watched.Watched]) -> tuple[int, float]:
-        ns, runtimes = side
-        skipped = wait_served_above(runtimes, above(runtimes), what=f"{ns}: {what}", timeout=timeout, interval=interval)
+def wait_sides(sides: list[tuple[str, watched.Watched, dict[str, int]]], *, what: str, timeout: float,
+               interval: float, t0: float) -> list[tuple[int, float]]:
+    """wait_served_above for each (namespace, its runtimes, the generations to serve above) at
+    once, one thread each; per side, (numbers given up, seconds from t0 until that side was done)."""
+    def one(side: tuple[str, watched.Watched, dict[str, int]]) -> tuple[int, float]:
+        ns, runtimes, above = side
+        skipped = wait_served_above(runtimes, above, what=f"{ns}: {what}", timeout=timeout, interval=interval)
         return skipped, time.monotonic() - t0
     with concurrent.futures.ThreadPoolExecutor(len(sides)) as pool:
         return list(pool.map(one, sides))
@@ -293,7 +293,9 @@ def main() -> int:
     kubeconfig = str(work / "plane" / "kubeconfig")
     ops: list[subprocess.Popen[bytes]] = []
     procs: list[Proc] = []
-    single_op: subprocess.Popen[bytes] | None = None
+    # Every operator started (the sharded ones and the single one): the process started, and the
+    # one measured (under py-spy the operator is py-spy's child).
+    started: list[tuple[subprocess.Popen[bytes], Proc]] = []
     single: tuple[Proc, int] | None = None
     watchers: list[watched.Watched] = []
     try:
@@ -309,7 +311,7 @@ def main() -> int:
             core.create_namespace({"metadata": {"name": ns}})
 
         def start_operator(identity: str, namespace: str, shard_ranges: int, *,
-                           profile: str | None = None) -> tuple[subprocess.Popen[bytes], int]:
+                           profile: str | None = None) -> tuple[subprocess.Popen[bytes], Proc, int]:
             mport, hport = free_port(), free_port()
             env = dict(os.environ, KUBECONFIG=kubeconfig, BATON_INSTANCE_ID=identity, BATON_NAMESPACES=namespace,
                        BATON_METRICS_BIND=f"127.0.0.1:{mport}", BATON_HEALTH_BIND=f"127.0.0.1:{hport}",
@@ -323,20 +325,23 @@ def main() -> int:
                         "--output", profile, "--", *argv]
             op = subprocess.Popen(argv, env=env, stdout=open(work / f"operator-{identity}.log", "wb"),
                                   stderr=subprocess.STDOUT)
+            started.append((op, Proc(op.pid)))
             wait_for(lambda: process.healthy(hport), timeout=60, what="operator healthy", interval=0.2)
-            return op, mport
+            if profile:
+                started[-1] = (op, Proc(profiled(op)))
+            return op, started[-1][1], mport
 
         metrics_ports = []
         for r in range(args.replicas):
-            op, mport = start_operator(f"scale-{r}", NS_B, args.shard_ranges, profile=args.profile if r == 0 else None)
+            op, measured, mport = start_operator(f"scale-{r}", NS_B, args.shard_ranges,
+                                                 profile=args.profile if r == 0 else None)
             ops.append(op)
+            procs.append(measured)
             metrics_ports.append(mport)
         if args.beside_single:
-            single_op, single_port = start_operator(
-                "single", NS_S, 0, profile=f"{args.profile}.single" if args.profile else None)
-            single = (Proc(profiled(single_op) if args.profile else single_op.pid), single_port)
-        # Under py-spy the operator is py-spy's child: measure that process, not the profiler.
-        procs = [Proc(profiled(op) if args.profile and i == 0 else op.pid) for i, op in enumerate(ops)]
+            _, measured, mport = start_operator("single", NS_S, 0,
+                                                profile=f"{args.profile}.single" if args.profile else None)
+            single = (measured, mport)
         budgets = {"lockSeconds": 10, "connectSeconds": 120, "drainSeconds": 1, "terminationGraceSeconds": 1,
                    "cleanupSeconds": 30}
 
@@ -383,7 +388,8 @@ def main() -> int:
                 "metadata": {"name": f"rt-{j // len(sides):04d}"},
                 "spec": {"template": template("example/tool:1", "baton"), "budgets": budgets}}), n * len(sides))
         (skipped_create, baton_create), *single_create = wait_sides(
-            sides, lambda side: dict.fromkeys(names, 0), what="all Ready", timeout=args.timeout, interval=0.5, t0=t0)
+            [(ns, side, dict.fromkeys(names, 0)) for ns, side in sides], what="all Ready", timeout=args.timeout,
+            interval=0.5, t0=t0)
         cpu_create = sum(p.cpu() for p in procs) - sum(cpu0)
         req_create = requests_now() - req0
 
@@ -405,14 +411,13 @@ def main() -> int:
         plane = plane_procs(work / "plane")
         plane0 = {name: pr.cpu() for name, pr in plane.items()}
         busy0, total0 = machine_busy()
-        served_before = {id(side): {name: s[0] for name, s in side.summaries(changed).items()} for _, side in sides}
+        served_before = [(ns, side, {name: s[0] for name, s in side.summaries(changed).items()}) for ns, side in sides]
         t0 = time.monotonic()
         parallel(lambda j: custom.patch_namespaced_custom_object(
             "baton.dev", "v1alpha1", sides[j % len(sides)][0], "toolruntimes", f"rt-{j // len(sides):04d}",
             {"spec": {"template": template("example/tool:2", "baton")}}), k * len(sides))
         (skipped_change, baton_change), *single_change = wait_sides(
-            sides, lambda side: served_before[id(side)], what="changes converged", timeout=args.timeout,
-            interval=1.0, t0=t0)
+            served_before, what="changes converged", timeout=args.timeout, interval=1.0, t0=t0)
         cpu_change = sum(p.cpu() for p in procs) - cpu1
         busy1, total1 = machine_busy()
         plane_change = {name: pr.cpu() - plane0[name] for name, pr in plane.items()}
@@ -476,17 +481,16 @@ def main() -> int:
     finally:
         for w in watchers:
             w.stop()
-        for op, proc in [*zip(ops, procs or [None] * len(ops)), *([(single_op, single[0] if single else None)]
-                                                                   if single_op is not None else [])]:
-            if args.profile and proc is not None and proc.pid != op.pid:
+        for op, measured in started:
+            if measured.pid != op.pid:
                 # Stop the operator itself: py-spy then writes its profile and exits.
                 try:
-                    os.kill(proc.pid, signal.SIGTERM)
+                    os.kill(measured.pid, signal.SIGTERM)
                 except ProcessLookupError:
                     pass
             else:
                 op.terminate()
-        process.stop([*ops, *((single_op,) if single_op is not None else ())], timeout=30, terminate=False)
+        process.stop([op for op, _ in started], timeout=30, terminate=False)
         process.plane(py, "down", "--dir", work / "plane", stdout=subprocess.DEVNULL)
         print(f"(logs in {work})", file=sys.stderr)
 

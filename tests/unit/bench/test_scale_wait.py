@@ -36,17 +36,16 @@ def test_a_timeout_names_what_the_waiting_ones_look_like(capsys: pytest.CaptureF
 def test_each_side_is_timed_on_its_own_and_counts_its_own_skipped_numbers() -> None:
     pair = view(a=(2, True, False), b=(3, True, False))
     single = view(a=(2, True, False), b=(2, True, False))
-    sides = [("ns-pair", pair), ("ns-single", single)]
-    got = scale.wait_sides(sides, lambda side: {"a": 1, "b": 1}, what="changes", timeout=1, interval=0.05,
-                           t0=0.0)
+    sides = [("ns-pair", pair, {"a": 1, "b": 1}), ("ns-single", single, {"a": 1, "b": 1})]
+    got = scale.wait_sides(sides, what="changes", timeout=1, interval=0.05, t0=0.0)
     assert [skipped for skipped, _ in got] == [1, 0]
     assert all(seconds > 0 for _, seconds in got)
 
 
 def test_a_side_that_does_not_converge_is_named_in_the_timeout(capsys: pytest.CaptureFixture[str]) -> None:
-    sides = [("ns-pair", view(a=(2, True, False))), ("ns-single", view(a=(1, True, True)))]
+    sides = [("ns-pair", view(a=(2, True, False)), {"a": 1}), ("ns-single", view(a=(1, True, True)), {"a": 1})]
     with pytest.raises(WaitTimeout):
-        scale.wait_sides(sides, lambda side: {"a": 1}, what="changes", timeout=0.2, interval=0.05, t0=0.0)
+        scale.wait_sides(sides, what="changes", timeout=0.2, interval=0.05, t0=0.0)
     assert "ns-single: changes: 1 of 1 still waiting" in capsys.readouterr().err
 
 
