@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
+import time
 from typing import Awaitable, Callable
 
 import pytest
@@ -23,6 +25,7 @@ class Pod:
         self.script = script
         self.connections = 0
         self.requests: list[bytes] = []
+        self.dropped = 0  # requests read and never answered (the connection closed instead)
         self.server: asyncio.base_events.Server | None = None
         self.port = 0
 
@@ -79,8 +82,9 @@ HEAD = http1.request_head(method="POST", target="/mcp", headers=[("Host", "tool.
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: application/json\r\n\r\nhello"
 
 
-async def call(pool: http1.Pool, pod: Pod, data: bytes = HEAD) -> tuple[int, str, list[tuple[str, str]], bytes]:
-    conn = await pool.call(key=key(pod), data=data, connect_timeout=1.0)
+async def call(pool: http1.Pool, pod: Pod, data: bytes = HEAD,
+               to: http1.Key | None = None) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    conn = await asyncio.wait_for(pool.call(key=to or key(pod), data=data, connect_timeout=1.0), 5)
     try:
         body = await asyncio.wait_for(conn.read_whole(), 5)
     finally:
@@ -193,8 +197,6 @@ def test_an_answer_not_read_in_full_closes_its_connection() -> None:
 
 
 @pytest.mark.parametrize("answer,why", [
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA", "bytes after the answer"),
-    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", "two answers"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", "two lengths"),
     (b"NOT HTTP AT ALL\r\n\r\n", "no status line"),
     (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", "an upgrade nobody asked for"),
@@ -279,14 +281,281 @@ def test_idle_connections_expire_and_the_limit_is_kept() -> None:
         assert await conn.read_whole() == b"hello"
         conn.release()
         assert pool.open_count() == 1
-        # Nothing frees a place within the connect timeout: nothing is sent.
+        # Nothing frees a place within the pool timeout: PoolBusy (not a pod's refusal), nothing sent.
         held = await pool.call(key=key(pod), data=HEAD, connect_timeout=1.0)
         sent = len(pod.requests)
-        with pytest.raises(http1.ConnectFailed):
-            await pool.call(key=("uid-4", "127.0.0.1", pod.port), data=HEAD, connect_timeout=0.2)
+        with pytest.raises(http1.PoolBusy):
+            await pool.call(key=("uid-4", "127.0.0.1", pod.port), data=HEAD, connect_timeout=1.0, pool_timeout=0.2)
+        assert not isinstance(http1.PoolBusy(), http1.ConnectFailed)
         assert len(pod.requests) == sent
         await held.read_whole()
         held.release()
         pool.close()
         await pod.stop()
     asyncio.run(main())
+
+
+def closes_idle_after(seconds: float, clock: Callable[[], float], answer: bytes = OK) -> Callable[[Pod], Script]:
+    """A pod whose keep-alive ends `seconds` after its last answer, its close crossing our next
+    write every time: a request that comes later on the connection is read and never answered
+    (the race a real server's idle close makes now and then, made certain)."""
+    def make(pod: Pod) -> Script:
+        async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            answered_at: float | None = None
+            while True:
+                await pod.read_request(reader)
+                if answered_at is not None and clock() - answered_at >= seconds:
+                    pod.dropped += 1
+                    return
+                writer.write(answer)
+                await writer.drain()
+                answered_at = clock()
+        return script
+    return make
+
+
+def test_idle_connections_expire_before_common_servers_close_them() -> None:
+    """uvicorn, Hypercorn and Node close an idle connection after 5 s: by default the pool stops
+    reusing one well before, so no call is written on a connection the pod is closing."""
+    now = [0.0]
+
+    async def main() -> None:
+        pod = await pod_with(closes_idle_after(5.0, lambda: now[0]))
+        pool = http1.Pool(limit=8, clock=lambda: now[0])
+        for gap in [1.0, 6.0, 4.9] * 5:
+            assert (await call(pool, pod))[3] == b"hello"
+            now[0] += gap
+        assert pod.dropped == 0
+        assert pod.connections == 10  # 15 calls: reused after 1 s, a new one after 6 s and after 4.9 s
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_the_reviews_reproduction_sequential_calls_past_a_short_server_keepalive() -> None:
+    """Review item 11 on the real clock, scaled: a pod keeps idle connections 0.2 s, the calls
+    come 0.15-0.25 s apart; with the pool's expiry below the pod's, none is lost."""
+    async def main() -> None:
+        pod = await pod_with(closes_idle_after(0.2, time.monotonic))
+        pool = http1.Pool(limit=8, keepalive_seconds=0.1)
+        failed = 0
+        for i in range(16):
+            try:
+                await call(pool, pod)
+            except http1.UpstreamFailed:
+                failed += 1
+            await asyncio.sleep(0.15 + 0.1 * (i % 2))
+        assert (failed, pod.dropped) == (0, 0)
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_a_keep_alive_timeout_in_the_answer_is_honoured() -> None:
+    now = [0.0]
+    hinted = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=3, max=100\r\nContent-Length: 5\r\n\r\nhello"
+
+    async def main() -> None:
+        pod = await pod_with(closes_idle_after(3.0, lambda: now[0], hinted))
+        pool = http1.Pool(limit=8, keepalive_seconds=30, clock=lambda: now[0])
+        for gap in [1.5, 2.5, 3.5] * 3:
+            assert (await call(pool, pod))[3] == b"hello"
+            now[0] += gap
+        # Kept for timeout - 1 s (the hint's margin): reused after 1.5 s, not after 2.5 s or 3.5 s.
+        assert (pod.dropped, pod.connections) == (0, 6)
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("header", [b"Keep-Alive: timeout=0", b"Keep-Alive: timeout=1", b"Connection: close"])
+def test_an_answer_that_says_not_to_keep_the_connection_is_not_reused(header: bytes) -> None:
+    async def main() -> None:
+        pod = await pod_with(keep_answering(b"HTTP/1.1 200 OK\r\n" + header + b"\r\nContent-Length: 5\r\n\r\nhello"))
+        pool = http1.Pool(limit=8, keepalive_seconds=30)
+        for _ in range(3):
+            assert (await call(pool, pod))[3] == b"hello"
+        assert pod.connections == 3
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def drops_the_second_request(pod: Pod) -> Script:
+    """Answers a connection's first request; the second is read and the connection closed."""
+    async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await pod.read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+        await pod.read_request(reader)
+        pod.dropped += 1
+    return script
+
+
+GET = http1.request_head(method="GET", target="/sse", headers=[("Host", "tool.ns")], body_size=None)
+PUT = http1.request_head(method="PUT", target="/x", headers=[("Host", "tool.ns")], body_size=2) + b"{}"
+KEYED_POST = http1.request_head(method="POST", target="/mcp", headers=[("Host", "tool.ns"), ("idempotency-key", "k1")],
+                                body_size=2) + b"{}"
+
+
+@pytest.mark.parametrize("data", [GET, PUT, KEYED_POST], ids=["GET", "PUT", "POST with Idempotency-Key"])
+def test_an_idempotent_call_is_written_once_more_when_a_reused_connection_closes_at_the_write(data: bytes) -> None:
+    async def main() -> None:
+        pod = await pod_with(drops_the_second_request)
+        pool = http1.Pool(limit=8, keepalive_seconds=30)
+        assert (await call(pool, pod, data))[3] == b"hello"
+        assert (await call(pool, pod, data))[3] == b"hello"  # the reused one closed: again on a new one
+        assert (pod.dropped, pod.connections, len(pod.requests)) == (1, 2, 3)
+        assert pool.open_count() == 1
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_a_post_is_never_written_twice() -> None:
+    async def main() -> None:
+        pod = await pod_with(drops_the_second_request)
+        pool = http1.Pool(limit=8, keepalive_seconds=30)
+        await call(pool, pod)
+        with pytest.raises(http1.UpstreamFailed):
+            await call(pool, pod)
+        assert (pod.dropped, pod.connections, len(pod.requests)) == (1, 1, 2)
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_a_get_is_not_written_again_when_a_new_connection_fails_or_answer_bytes_came() -> None:
+    def closes_at_once(pod: Pod) -> Script:
+        async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await pod.read_request(reader)  # a new connection: the pod itself fails the call
+        return script
+
+    def half_answers_the_second(pod: Pod) -> Script:
+        async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await pod.read_request(reader)
+            writer.write(OK)
+            await writer.drain()
+            await pod.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-")  # the pod began answering: it saw the call
+            await writer.drain()
+        return script
+
+    async def main() -> None:
+        pod = await pod_with(closes_at_once)
+        pool = http1.Pool(limit=8, keepalive_seconds=30)
+        with pytest.raises(http1.UpstreamFailed):
+            await call(pool, pod, GET)
+        assert (pod.connections, len(pod.requests)) == (1, 1)
+        await pod.stop()
+        pod = await pod_with(half_answers_the_second)
+        await call(pool, pod, GET)
+        with pytest.raises(http1.UpstreamFailed):
+            await call(pool, pod, GET)
+        assert (pod.connections, len(pod.requests)) == (1, 2)
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_a_pod_at_its_connection_limit_does_not_block_another_and_its_wait_is_bounded() -> None:
+    async def main() -> None:
+        pod = await pod_with(keep_answering(OK))
+        pool = http1.Pool(limit=4, limit_per_key=2, keepalive_seconds=30)
+        a, b = key(pod), ("uid-2", "127.0.0.1", pod.port)
+        a1 = await pool.call(key=a, data=HEAD, connect_timeout=1.0)  # two long calls hold a's places
+        a2 = await pool.call(key=a, data=HEAD, connect_timeout=1.0)
+        sent = len(pod.requests)
+        with pytest.raises(http1.PoolBusy):
+            await pool.call(key=a, data=HEAD, connect_timeout=1.0, pool_timeout=0.2)
+        assert len(pod.requests) == sent  # nothing sent
+        assert (await call(pool, pod, to=b))[3] == b"hello"  # another pod is not kept waiting
+        # A call waiting for a's place gets a's connection once one is released.
+        waiting = asyncio.ensure_future(pool.call(key=a, data=HEAD, connect_timeout=1.0, pool_timeout=5.0))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        assert await a1.read_whole() == b"hello"
+        a1.release()
+        a3 = await asyncio.wait_for(waiting, 5)
+        assert await a3.read_whole() == b"hello"
+        a3.release()
+        assert pod.connections == 3  # a1's, a2's and b's: the waiting call reused a1's
+        # A connection to a that closes gives its place to a waiting call too.
+        a4 = await pool.call(key=a, data=HEAD, connect_timeout=1.0)
+        waiting = asyncio.ensure_future(pool.call(key=a, data=HEAD, connect_timeout=1.0, pool_timeout=5.0))
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        a2.abort()
+        a2.release()
+        a5 = await asyncio.wait_for(waiting, 5)
+        for conn in (a4, a5):
+            assert await conn.read_whole() == b"hello"
+            conn.release()
+        assert pool.open_count() == 3
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_a_reset_during_a_body_delimited_by_the_close_fails_the_call() -> None:
+    def make(pod: Pod) -> Script:
+        async def script(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await pod.read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\npart one, ")
+            await writer.drain()
+            await asyncio.sleep(0.05)
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+            writer.transport.abort()
+        return script
+
+    async def main() -> None:
+        pod = await pod_with(make)
+        pool = http1.Pool(limit=8, keepalive_seconds=30)
+        conn = await pool.call(key=key(pod), data=HEAD, connect_timeout=1.0)
+        with pytest.raises(http1.UpstreamFailed):
+            await asyncio.wait_for(conn.read_whole(), 5)
+        conn.release()
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("answer,why", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloEXTRA", "bytes after the answer"),
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhelloHTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nx", "two answers"),
+])
+def test_stray_bytes_after_a_whole_answer_deliver_it_and_the_connection_is_not_reused(answer: bytes, why: str) -> None:
+    async def main() -> None:
+        pod = await pod_with(keep_answering(answer))
+        pool = http1.Pool(limit=8, keepalive_seconds=30)
+        conn = await pool.call(key=key(pod), data=HEAD, connect_timeout=1.0)
+        await asyncio.sleep(0.05)  # every byte is in before the caller reads
+        assert (conn.status, await asyncio.wait_for(conn.read_whole(), 5)) == (200, b"hello"), why
+        conn.release()
+        assert pool.open_count() == 0, why
+        assert (await call(pool, pod))[3] == b"hello"
+        assert pod.connections == 2, why
+        pool.close()
+        await pod.stop()
+    asyncio.run(main())
+
+
+def test_which_calls_may_be_written_twice_and_the_keep_alive_hint() -> None:
+    assert http1.replayable(GET) and http1.replayable(PUT) and http1.replayable(KEYED_POST)
+    assert not http1.replayable(HEAD)  # a POST: a tool call
+    fooled = http1.request_head(method="POST", target="/x", headers=[("X-Note", "idempotency-key: 1")], body_size=0)
+    assert not http1.replayable(fooled)  # the name must be a field's own
+    assert http1.keepalive_hint("timeout=5, max=100") == 5.0
+    assert http1.keepalive_hint("max=100, Timeout = 2") == 2.0
+    assert http1.keepalive_hint("max=100") is None and http1.keepalive_hint("timeout=soon") is None
+    assert http1.keepalive_hint("timeout=-1") is None and http1.keepalive_hint("timeout=nan") is None
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"limit": 0}, "limit"), ({"limit": 4, "limit_per_key": 5}, "limit_per_key"),
+    ({"limit": 4, "limit_per_key": 0}, "limit_per_key"), ({"limit": 4, "keepalive_seconds": -1.0}, "keepalive_seconds"),
+])
+def test_bad_pool_bounds_are_refused_by_name(kwargs: dict[str, float], field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        http1.Pool(**kwargs)  # type: ignore[arg-type]
