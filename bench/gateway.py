@@ -398,7 +398,9 @@ def runtime(name: str, *, port: int, gateway: bool, never_ready: bool = True) ->
                                   "spec": {"terminationGracePeriodSeconds": 1, **LOOP_PLACEMENT,
                                            "containers": [{"name": "tool", "image": "example/tool:1",
                                                            "ports": [{"name": "http", "containerPort": port}]}]}},
-                     "service": {"ports": [{"port": 80, "targetPort": "http"}], "gateway": gateway},
+                     # The bench's clients are loopback sockets, no pod (docs/gateway.md, "Who may call").
+                     "service": {"ports": [{"port": 80, "targetPort": "http"}], "gateway": gateway,
+                                 "clients": {"cidrs": ["127.0.0.0/8"]}},
                      "budgets": {"lockSeconds": 10, "connectSeconds": 60, "drainSeconds": 10,
                                  "terminationGraceSeconds": 1, "cleanupSeconds": 30, "admissionSeconds": 30}}}
 

@@ -12,6 +12,11 @@ from dev.crds import CLAIM_CRD, CRD, wait_established
 from dev.wait import wait_for
 
 GROUP, VERSION, PLURAL = "baton.dev", "v1alpha1", "toolruntimes"
+# Tests call the gateway from loopback sockets (127.0.0.1), which are no pod: `Runtimes.create`
+# admits them as callers that are not pods (spec.service.clients.cidrs) on every runtime with a
+# Service that names no clients itself. kwok-loop pods (127.0.100.x) are pods: still judged by
+# their namespace, never by this range (docs/gateway.md, "Who may call").
+LOOPBACK_CLIENTS = {"cidrs": ["127.0.0.0/8"]}
 
 
 def install_crd(cluster: Any) -> None:
@@ -48,6 +53,15 @@ def runtime_manifest(name: str, *, image: str = "example/tool:1", budgets: dict[
             "metadata": {"name": name, "annotations": dict(annotations or {})}, "spec": spec}
 
 
+def with_loopback_clients(manifest: dict[str, Any]) -> dict[str, Any]:
+    """`manifest` (not changed) with LOOPBACK_CLIENTS as spec.service.clients when it has a
+    Service and names no clients."""
+    service = (manifest.get("spec") or {}).get("service")
+    if not isinstance(service, dict) or "clients" in service:
+        return manifest
+    return {**manifest, "spec": {**manifest["spec"], "service": {**service, "clients": LOOPBACK_CLIENTS}}}
+
+
 class Runtimes:
     """Small typed-ish accessors for ToolRuntimes in one namespace."""
 
@@ -57,7 +71,8 @@ class Runtimes:
         self.core = client.CoreV1Api(api)
 
     def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, manifest))
+        return dict(self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL,
+                                                                with_loopback_clients(manifest)))
 
     def get(self, name: str) -> dict[str, Any]:
         return dict(self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, PLURAL, name))

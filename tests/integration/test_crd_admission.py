@@ -78,6 +78,21 @@ for case_id, port, needle in [
 ]:
     CASES.append((case_id, _with(["spec", "service"], {"ports": [{"port": 80, "targetPort": port}]}),
                   ["spec.service.ports[0].targetPort", needle]))
+# Who may call through the gateway (spec.service.clients; docs/gateway.md "Who may call").
+for case_id, clients, needles in [
+    ("clients-namespace-not-a-name", {"namespaces": ["Team_A"]}, ["spec.service.clients.namespaces[0]", "should match"]),
+    ("clients-namespace-too-long", {"namespaces": ["n" * 64]}, ["spec.service.clients.namespaces[0]", "63"]),
+    ("clients-star-beside-others", {"namespaces": ["*", "a"]},
+     ["spec.service.clients.namespaces", '"*" (pods of any namespace) only alone']),
+    ("clients-namespaces-twice", {"namespaces": ["a", "a"]}, ["spec.service.clients.namespaces[1]", "Duplicate"]),
+    ("clients-namespaces-not-a-list", {"namespaces": "a"}, ["spec.service.clients.namespaces", "array"]),
+    ("clients-cidr-without-prefix", {"cidrs": ["10.0.0.0"]}, ["spec.service.clients.cidrs[0]", "should match"]),
+    ("clients-cidr-prefix-too-long", {"cidrs": ["10.0.0.0/33"]}, ["spec.service.clients.cidrs[0]", "should match"]),
+    ("clients-cidr-a-name", {"cidrs": ["nodes"]}, ["spec.service.clients.cidrs[0]", "should match"]),
+    ("clients-unknown-field", {"pods": ["a"]}, ["pods"]),
+]:
+    CASES.append((case_id, _with(["spec", "service"], {"ports": [{"port": 80}], "gateway": True, "clients": clients}),
+                  needles))
 
 
 @pytest.mark.parametrize("manifest,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -187,6 +202,8 @@ def test_valid_conditions_are_stored_and_wide_columns_show_step_and_message(
     ("toolruntime.status.transition.step", "persisted before it is acted on"),
     ("toolruntime.status.conditions.reason", "one CamelCase word"),
     ("toolruntime.status.pendingReset.since", "first seen waiting"),
+    ("toolruntime.spec.service.clients", "refused 403 with Baton-Reason ClientNotAllowed"),
+    ("toolruntime.spec.service.clients.cidrs", "callers that are not pods"),
 ])
 def test_kubectl_explain_documents_deep_fields(cluster: Any, crd: None, path: str, text: str) -> None:
     def explained() -> str | None:
@@ -205,6 +222,18 @@ def test_ports_by_number_or_service_name_are_accepted(cluster: Any, crd: None, n
                                                       tmp_path: Any) -> None:
     m = _with(["spec", "drain"], {"probe": {"httpGet": {"path": "/idle", "port": port}}}, name="ports")
     m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": port}]}
+    path = tmp_path / "rt.json"
+    path.write_text(json.dumps(m))
+    cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))
+
+
+@pytest.mark.parametrize("clients", [
+    {"namespaces": ["*"]}, {"namespaces": ["agents", "team-b"]}, {"cidrs": ["10.0.0.0/8", "fd00::/64", "0.0.0.0/0"]},
+    {"namespaces": ["agents"], "cidrs": ["192.168.1.7/32"]}, {},
+])
+def test_service_clients_are_accepted(cluster: Any, crd: None, namespace: str, clients: dict[str, Any],
+                                      tmp_path: Any) -> None:
+    m = _with(["spec", "service"], {"ports": [{"port": 80}], "gateway": True, "clients": clients}, name="clients")
     path = tmp_path / "rt.json"
     path.write_text(json.dumps(m))
     cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(path))

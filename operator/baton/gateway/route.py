@@ -37,11 +37,12 @@ class Reason(str, enum.Enum):
     UNKNOWN_SESSION = "UnknownSession"  # 404: an Mcp-Session-Id a generation now gone issued
     BAD_REQUEST = "BadRequest"  # 400: smuggling, a bad Host
     UPSTREAM_ERROR = "UpstreamError"  # 502: the pod failed mid-call
+    CLIENT_NOT_ALLOWED = "ClientNotAllowed"  # 403: the caller is outside spec.service.clients
 
 
 STATUS = {
     Reason.UNKNOWN_RUNTIME: 404, Reason.UNKNOWN_SESSION: 404, Reason.TOO_LARGE: 413,
-    Reason.BAD_REQUEST: 400, Reason.UPSTREAM_ERROR: 502,
+    Reason.BAD_REQUEST: 400, Reason.UPSTREAM_ERROR: 502, Reason.CLIENT_NOT_ALLOWED: 403,
 }
 
 
@@ -57,6 +58,9 @@ HOP_BY_HOP = frozenset({
 })
 
 
+NEVER_HOP_BY_HOP = frozenset({"host", "content-length", "transfer-encoding"})
+
+
 def end_to_end(headers: Iterable[tuple[str, str]], *, keep_upgrade: bool = False,
                also_drop: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """`headers` without the hop-by-hop fields and those Connection names. `keep_upgrade`: a
@@ -64,7 +68,9 @@ def end_to_end(headers: Iterable[tuple[str, str]], *, keep_upgrade: bool = False
     `also_drop`: lower-case names the caller sets itself (one pass over the headers, on every call)."""
     lowered = [(k.lower(), k, v) for k, v in headers]
     named = {t.strip().lower() for lk, _, v in lowered if lk == "connection" for t in v.split(",") if t.strip()}
-    drop = (HOP_BY_HOP | named | also_drop) - ({"upgrade"} if keep_upgrade else set())
+    # Connection may not name Host (the pod would get a call with none): RFC 9110 7.6.1 lets a
+    # sender list only its own hop-by-hop fields.
+    drop = (HOP_BY_HOP | (named - NEVER_HOP_BY_HOP) | also_drop) - ({"upgrade"} if keep_upgrade else set())
     return [(k, v) for lk, k, v in lowered if lk not in drop and not lk.startswith("proxy-")]
 
 
@@ -132,6 +138,105 @@ def parse_host(host: str, *, cluster_domain: str) -> Target | None:
     if not (_label(runtime) and _label(namespace)):
         return None
     return Target(namespace=namespace, runtime=runtime, port=port)
+
+
+# --- who may call (tenant isolation; docs/gateway.md, "Who may call") -----------------------
+# The caller is judged by the TCP peer's address, never by a header: the gateway's view maps
+# pod IPs to namespaces (`client_addresses` is what it keeps of each pod).
+ANY_NAMESPACE = "*"
+
+
+def client_addresses(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The addresses that identify `pod` as a caller: its pod IPs, unless it shares its node's
+    network (hostNetwork: the node's IP, shared by every such pod and the node itself, so it
+    names no namespace) or has ended (Succeeded/Failed: its IP may already be another pod's)."""
+    if (pod.get("spec") or {}).get("hostNetwork"):
+        return ()
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return ()
+    ips = [str(p.get("ip")) for p in status.get("podIPs") or [] if isinstance(p, dict) and p.get("ip")]
+    if not ips and status.get("podIP"):
+        ips = [str(status["podIP"])]
+    return tuple(dict.fromkeys(ips))
+
+
+def peer_ip(peername: Any) -> str:
+    """The caller's address from the transport's peername ((host, port, ...) tuple): an
+    IPv4-mapped IPv6 address (a dual-stack listener) as the IPv4 address pods are listed by;
+    "" when there is none (a Unix socket, a closed transport)."""
+    if not isinstance(peername, (tuple, list)) or not peername or not isinstance(peername[0], str):
+        return ""
+    addr = _address(peername[0].split("%", 1)[0])
+    if addr is None:
+        return ""
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
+
+
+@functools.lru_cache(maxsize=1024)
+def _networks(cidrs: tuple[str, ...]) -> tuple[Network, ...]:
+    """Parsed once per distinct list (admission validated them; one that does not parse here
+    admits nothing)."""
+    out: list[Network] = []
+    for text in cidrs:
+        try:
+            out.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
+def short_host(host: str, *, client_namespace: str | None) -> Target | None:
+    """A bare `<runtime>[:port]` Host (an in-namespace client dialling the Service's short name)
+    resolved against the caller's namespace, as the caller's DNS search path resolved it. None:
+    not a bare name, or the caller is no pod the gateway knows (it has no namespace)."""
+    if client_namespace is None or not host:
+        return None
+    name, colon, port_text = host.strip().lower().partition(":")
+    name = name.rstrip(".")
+    if not name or "." in name:
+        return None  # a qualified name (parse_host's), an IP literal
+    return parse_host(f"{name}.{client_namespace}" + (f":{port_text}" if colon else ""), cluster_domain="")
+
+
+def client_allowed(runtime: Mapping[str, Any] | None, *, client_namespace: str | None,
+                   client_ip: str) -> Refuse | None:
+    """Whether a caller may call `runtime` through the gateway: None if it may, else the
+    refusal (403 ClientNotAllowed). Admitted: a pod of the runtime's own namespace, a pod of a
+    namespace in spec.service.clients.namespaces ("*": any namespace), and an address at which
+    no pod is known (`client_namespace` None: a node, an ingress on the host network, a caller
+    outside the cluster) inside spec.service.clients.cidrs. A pod's address is judged by its
+    namespace only: `cidrs` never admits pods, so a range written for the nodes cannot admit
+    every pod of an overlapping pod network. A runtime the gateway does not serve (absent,
+    gateway off): None, decide() refuses it as UnknownRuntime."""
+    if runtime is None:
+        return None
+    service = (runtime.get("spec") or {}).get("service") or {}
+    if not service.get("gateway"):
+        return None
+    meta = runtime.get("metadata") or {}
+    own = str(meta.get("namespace") or "")
+    clients = service.get("clients") or {}
+    namespaces = [str(n) for n in clients.get("namespaces") or [] if isinstance(n, str)]
+    cidrs = tuple(str(c) for c in clients.get("cidrs") or [] if isinstance(c, str))
+    if client_namespace is not None:
+        if client_namespace == own or client_namespace in namespaces or ANY_NAMESPACE in namespaces:
+            return None
+        who = f"a pod of namespace {client_namespace}"
+        how = f"add {client_namespace!r} to spec.service.clients.namespaces"
+    else:
+        if client_ip and in_networks(client_ip, _networks(cidrs)):
+            return None
+        who = "an address at which no pod is known"
+        how = "add its range to spec.service.clients.cidrs (callers that are not pods)"
+    allowed = ", ".join([f"pods of namespace {own}"] + [
+        "pods of any namespace" if n == ANY_NAMESPACE else f"pods of namespace {n}" for n in namespaces if n != own]
+        + [f"non-pod addresses in {c}" for c in cidrs])
+    return Refuse(Reason.CLIENT_NOT_ALLOWED, 0,
+                  f"the caller at {client_ip or '(unknown address)'} is {who}; {own}/{meta.get('name')} admits "
+                  f"{allowed} (spec.service.clients): {how} to allow it")
 
 
 def service_port(runtime: Mapping[str, Any], port: int | None) -> Mapping[str, Any] | None:
@@ -289,6 +394,10 @@ def decide(
         if _labels(pod).get(names.LABEL_SERVING) != "true" or meta.get("deletionTimestamp") or not _pod_ready(pod):
             continue
         ip = str((pod.get("status") or {}).get("podIP") or "")
+        if (pod.get("spec") or {}).get("hostNetwork"):
+            # Its IP is the node's: the gateway would dial any port of the node for the tenant.
+            return Refuse(Reason.ADDRESS_NOT_ALLOWED, 30,
+                          "the serving pod uses the node's network (hostNetwork): the gateway never dials a node", generation)
         if not in_networks(ip, allowed):
             return Refuse(Reason.ADDRESS_NOT_ALLOWED, 30,
                           "the serving pod's IP is outside BATON_GATEWAY_ALLOWED_CIDRS", generation)

@@ -41,10 +41,19 @@ class ServicePort(base.Model):
     protocol: str = "TCP"
 
 
+class ServiceClients(base.Model):
+    """Who may call through the gateway besides pods of the runtime's own namespace (the gateway
+    reads it from the raw object: baton.gateway.route.client_allowed; docs/gateway.md)."""
+
+    namespaces: tuple[str, ...] = ()  # "*" alone: pods of any namespace
+    cidrs: tuple[str, ...] = ()  # callers that are not pods (nodes, host-network ingress, outside)
+
+
 class ServiceSpec(base.Model):
     ports: tuple[ServicePort, ...]
     session_affinity: str = "ClientIP"
     gateway: bool = False  # routed through the Baton gateway (DESIGN.md, "Gateway")
+    clients: ServiceClients = pydantic.Field(default_factory=ServiceClients)
 
 
 class HttpGet(base.Model):

@@ -38,7 +38,9 @@ def runtime(*, gen: int | None, uid: str | None, transition: dict[str, Any] | No
     if transition:
         status["transition"] = transition
     return {"metadata": {"name": "tool", "namespace": NS, "resourceVersion": str(rv)},
-            "spec": {"service": {"gateway": True, "ports": [{"port": 80, "targetPort": "http"}]},
+            # The test's clients are loopback sockets, no pod: admitted as callers that are not pods.
+            "spec": {"service": {"gateway": True, "ports": [{"port": 80, "targetPort": "http"}],
+                                 "clients": {"cidrs": ["127.0.0.0/8"]}},
                      "budgets": {"admissionSeconds": admission}, **spec},
             "status": status}
 
@@ -152,8 +154,12 @@ def test_hold_bound_caps_and_sessions() -> None:
         vw.pods.apply(pod("u1", p1))
         px, gw, port = await gateway(vw, st, max_held_per_runtime=1, max_held_body_bytes=1024)
         try:
+            # Only the answer to an initialize issues a session (a pod's id on any other answer is not taken).
             status, headers, _, _ = await post(port)
-            assert headers["Mcp-Session-Id"] == "sess-1" and st.session_uid("sess-1") == "u1"
+            assert headers["Mcp-Session-Id"] == "sess-1" and st.session_uid((NS, "tool"), "sess-1") is None
+            status, headers, _, _ = await post(port, b'{"jsonrpc":"2.0","id":0,"method":"initialize"}')
+            assert headers["Mcp-Session-Id"] == "sess-1" and st.session_uid((NS, "tool"), "sess-1") == "u1"
+            assert st.session_uid((NS, "other"), "sess-1") is None  # keyed by runtime too
             st.seal("u1", (NS, "tool"))
             # Sealed, no transition: held for admissionSeconds=1, then 503 Transitioning (JSON-RPC).
             first = asyncio.create_task(post(port, b'{"jsonrpc":"2.0","id":8,"method":"m"}'))
@@ -170,7 +176,7 @@ def test_hold_bound_caps_and_sessions() -> None:
             # The session u1 issued: u1 is sealed, it can never answer it: 404 at once.
             status, headers, body, seconds = await post(port, headers={"Mcp-Session-Id": "sess-1"})
             assert status == 404 and headers["Baton-Reason"] == "UnknownSession" and seconds < 0.5
-            assert seen == [1]
+            assert seen == [1, 1]
         finally:
             await gw.cleanup()
             await px.close()

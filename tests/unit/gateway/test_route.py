@@ -234,3 +234,99 @@ def test_a_call_held_while_n_plus_1_connects_is_forwarded_to_it() -> None:
 def test_admission_seconds() -> None:
     assert route.admission_seconds(runtime()) == 7
     assert route.admission_seconds(None) == 30
+
+
+# --- who may call (tenant isolation) ------------------------------------------------------------
+
+def served(namespace: str = "b", clients: dict[str, Any] | None = None, *, gateway: bool = True) -> dict[str, Any]:
+    service: dict[str, Any] = {"ports": [{"port": 80}], "gateway": gateway}
+    if clients is not None:
+        service["clients"] = clients
+    return {"metadata": {"name": "tool", "namespace": namespace}, "spec": {"service": service}}
+
+
+@pytest.mark.parametrize("clients,client_ns,ip,allowed", [
+    (None, "b", "10.0.0.5", True),                                   # the runtime's own namespace
+    (None, "a", "10.0.0.5", False),                                  # another namespace: refused
+    (None, None, "10.0.0.5", False),                                 # no pod there, no cidrs
+    ({"namespaces": ["a"]}, "a", "10.0.0.5", True),                  # listed
+    ({"namespaces": ["a"]}, "c", "10.0.0.5", False),
+    ({"namespaces": ["a"]}, "b", "10.0.0.5", True),                  # own stays allowed when others are listed
+    ({"namespaces": ["*"]}, "zz", "10.0.0.5", True),                 # any namespace
+    ({"namespaces": ["*"]}, None, "10.0.0.5", False),                # "*" is pods only, not any address
+    ({"cidrs": ["192.168.0.0/16"]}, None, "192.168.3.4", True),      # a non-pod caller in range
+    ({"cidrs": ["192.168.0.0/16"]}, None, "10.0.0.5", False),        # out of range
+    ({"cidrs": ["10.0.0.0/8"]}, "a", "10.0.0.5", False),             # a pod is judged by its namespace, never by cidrs
+    ({"cidrs": ["fd00::/64"]}, None, "fd00::7", True),
+    ({"cidrs": ["fd00::/64"]}, None, "", False),                     # no address at all
+    ({"cidrs": ["not-a-cidr", "127.0.0.0/8"]}, None, "127.0.0.1", True),  # a bad entry admits nothing, the rest still apply
+])
+def test_client_allowed(clients: dict[str, Any] | None, client_ns: str | None, ip: str, allowed: bool) -> None:
+    refusal = route.client_allowed(served(clients=clients), client_namespace=client_ns, client_ip=ip)
+    if allowed:
+        assert refusal is None
+    else:
+        assert refusal is not None and refusal.reason == route.Reason.CLIENT_NOT_ALLOWED
+        assert route.status_of(refusal.reason) == 403 and refusal.retry_after == 0
+        assert "spec.service.clients" in refusal.message and ip in refusal.message
+
+
+def test_the_refusal_says_who_may_call_and_how_to_allow_it() -> None:
+    r = route.client_allowed(served(clients={"namespaces": ["c"], "cidrs": ["192.168.0.0/16"]}),
+                             client_namespace="a", client_ip="10.0.0.5")
+    assert r is not None
+    assert r.message == ("the caller at 10.0.0.5 is a pod of namespace a; b/tool admits pods of namespace b, "
+                         "pods of namespace c, non-pod addresses in 192.168.0.0/16 (spec.service.clients): "
+                         "add 'a' to spec.service.clients.namespaces to allow it")
+    r = route.client_allowed(served(), client_namespace=None, client_ip="203.0.113.9")
+    assert r is not None and "no pod is known" in r.message and "spec.service.clients.cidrs" in r.message
+
+
+def test_a_runtime_the_gateway_does_not_serve_is_left_to_decide() -> None:
+    """Absent or gateway off: decide() refuses it UnknownRuntime, whoever calls."""
+    assert route.client_allowed(None, client_namespace="a", client_ip="10.0.0.5") is None
+    assert route.client_allowed(served(gateway=False), client_namespace="a", client_ip="10.0.0.5") is None
+
+
+@pytest.mark.parametrize("host,client_ns,expected", [
+    ("tool", "a", ("a", "tool", None)),
+    ("tool:8080", "a", ("a", "tool", 8080)),
+    ("TOOL.", "a", ("a", "tool", None)),
+    ("tool", None, None),             # the caller is no pod: no namespace to resolve in
+    ("tool.b", "a", None),            # qualified: parse_host's, not a short name
+    ("10.0.0.1", "a", None),          # an IP literal (a ClusterIP: unsupported, docs/gateway.md)
+    ("10.0.0.1:80", "a", None),
+    ("[::1]:80", "a", None),
+    ("tool:http", "a", None),
+    ("tool:0", "a", None),
+    ("-x", "a", None),
+    ("", "a", None),
+])
+def test_short_host_is_resolved_in_the_callers_namespace(host: str, client_ns: str | None,
+                                                         expected: tuple[str, str, int | None] | None) -> None:
+    t = route.short_host(host, client_namespace=client_ns)
+    assert (None if t is None else (t.namespace, t.runtime, t.port)) == expected
+
+
+@pytest.mark.parametrize("peername,ip", [
+    (("10.1.2.3", 40000), "10.1.2.3"),
+    (("::ffff:10.1.2.3", 40000, 0, 0), "10.1.2.3"),  # a dual-stack listener: the IPv4 address pods are listed by
+    (("fd00::5", 40000, 0, 0), "fd00::5"),
+    (("fe80::1%eth0", 40000, 0, 2), "fe80::1"),
+    (None, ""), ("", ""), (("not-an-ip", 1), ""),
+])
+def test_peer_ip(peername: Any, ip: str) -> None:
+    assert route.peer_ip(peername) == ip
+
+
+@pytest.mark.parametrize("pod,addresses", [
+    ({"status": {"phase": "Running", "podIP": "10.0.0.5", "podIPs": [{"ip": "10.0.0.5"}, {"ip": "fd00::5"}]}},
+     ("10.0.0.5", "fd00::5")),
+    ({"status": {"phase": "Pending", "podIP": "10.0.0.6"}}, ("10.0.0.6",)),
+    ({"status": {"phase": "Running"}}, ()),
+    ({"spec": {"hostNetwork": True}, "status": {"phase": "Running", "podIP": "192.168.1.1"}}, ()),  # the node's IP
+    ({"status": {"phase": "Succeeded", "podIP": "10.0.0.7"}}, ()),  # ended: its IP may be another pod's now
+    ({"status": {"phase": "Failed", "podIP": "10.0.0.7"}}, ()),
+])
+def test_client_addresses(pod: dict[str, Any], addresses: tuple[str, ...]) -> None:
+    assert route.client_addresses(pod) == addresses
