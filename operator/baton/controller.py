@@ -58,7 +58,8 @@ class Controller:
         self.probes = probing.Probes(
             prober=drainprobe.Prober(allowed=settings.probe_allowed), concurrency=settings.probe_concurrency,
             clock=clock, wake=lambda key: self.wake(*key))
-        self.gateways = sealing.ApiGateways(namespace=settings.system_namespace, clock=clock)
+        self.gateways = sealing.ApiGateways(namespace=settings.system_namespace, clock=clock,
+                                            admin_key_file=settings.gateway_admin_key_file)
         self.reconciler = reconcile.Reconciler(
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,

@@ -19,11 +19,13 @@ import asyncio
 import logging
 from typing import Protocol, Sequence
 
+from baton import adminkey
 from baton import clock as clock_mod
 from baton.k8s import client
 from baton.k8s import gateways as gw
 from baton.model import observed as observed_mod
 from baton.model import status as status_mod
+from baton.sharding import ranges
 
 log = logging.getLogger("baton.sealing")
 
@@ -41,20 +43,43 @@ class Gateways(Protocol):
 
 
 class ApiGateways:
-    """The gateway replicas registered in `namespace` (BATON_SYSTEM_NAMESPACE), by the API server."""
+    """The gateway replicas registered in `namespace` (BATON_SYSTEM_NAMESPACE), by the API server.
 
-    def __init__(self, *, namespace: str, clock: clock_mod.Clock) -> None:
+    Liveness by this process's monotonic clock (gw.live_replicas): when each Lease was last seen
+    to change, remembered here across passes. The admin key (BATON_GATEWAY_ADMIN_KEY_FILE) is
+    read when first needed and again when the file changes; without one, the admin calls go
+    without it and a gateway refuses them (401): the seal stays unconfirmed and says why."""
+
+    def __init__(self, *, namespace: str, clock: clock_mod.Clock, admin_key_file: str = "") -> None:
         self.namespace = namespace
         self.clock = clock
+        self.sightings = ranges.Sightings()
+        self.admin_key_file = admin_key_file
+        self._key: adminkey.KeyFile | None = None
+        self._warned = False
+
+    def _admin_key(self) -> bytes | None:
+        if not self.admin_key_file:
+            if not self._warned:  # said once, when a gateway is first called: most runtimes never need it
+                self._warned = True
+                log.warning("%s is not set: gateway replicas will refuse this operator's seals (401)", adminkey.VARIABLE)
+            return None
+        if self._key is None:
+            try:
+                self._key = adminkey.KeyFile(self.admin_key_file)
+            except adminkey.AdminKeyError as exc:
+                raise gw.AdminError(str(exc)) from None
+        return self._key.key()
 
     async def live(self) -> Sequence[gw.Replica]:
-        return await asyncio.wait_for(gw.list_live(self.namespace, now=self.clock.wall()), LIST_TIMEOUT_SECONDS)
+        return await asyncio.wait_for(gw.list_live(self.namespace, sightings=self.sightings, now=self.clock.monotonic()),
+                                      LIST_TIMEOUT_SECONDS)
 
     async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> gw.Counts:
-        return await gw.seal(replica, namespace=namespace, runtime=runtime, uid=uid)
+        return await gw.seal(replica, namespace=namespace, runtime=runtime, uid=uid, key=self._admin_key())
 
     async def inflight(self, replica: gw.Replica, *, uid: str, namespace: str, runtime: str) -> gw.Counts:
-        return await gw.inflight(replica, uid=uid, namespace=namespace, runtime=runtime)
+        return await gw.inflight(replica, uid=uid, namespace=namespace, runtime=runtime, key=self._admin_key())
 
     async def close(self) -> None:
         await gw.close()

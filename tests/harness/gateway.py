@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, urlparse
 
 from kubernetes import client, watch
 
+from dev.digestkey import ensure as ensure_key
 from dev.ports import free_port
 from dev.wait import wait_for
 from harness.kwok import assert_loopback
@@ -61,8 +62,11 @@ class GatewayProcess(ChildProcess):
             # Tests only dial loopback (kwok-loop pods are 127.0.100.x).
             "BATON_GATEWAY_ALLOWED_CIDRS": "127.0.0.0/8",
             "PYTHONUNBUFFERED": "1",
+            # The admin key, shared with the test's operators (harness.operator: same file).
+            "BATON_GATEWAY_ADMIN_KEY_FILE": ensure_key(log_dir / "gateway-admin.key"),
         })
         self.env.update(env or {})
+        self.cluster, self.system_namespace = cluster, system_namespace
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 60) -> "GatewayProcess":
@@ -93,11 +97,26 @@ class GatewayProcess(ChildProcess):
                 total += float(value)
         return total
 
-    def admin(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def admin_key(self) -> str:
+        return Path(self.env["BATON_GATEWAY_ADMIN_KEY_FILE"]).read_text().strip()
+
+    def admin(self, method: str, path: str, body: Any = None, *, key: str | None = "") -> tuple[int, Any]:
+        """One admin call as the operator makes it: with the admin key (`key` "": this gateway's;
+        None: no Authorization header), a seal addressed to this replica's Lease unless `body`
+        names one."""
+        if method == "POST" and path == "/v1/seal" and isinstance(body, dict) and "lease" not in body:
+            lease = client.CoordinationV1Api(self.cluster.api_client).read_namespaced_lease(
+                f"baton-gateway.{self.identity}", self.system_namespace)
+            meta = lease.metadata
+            assert meta is not None
+            body = {**body, "lease": {"name": meta.name, "uid": meta.uid}}
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        headers = {"Content-Type": "application/json"}
+        if key is not None:
+            headers["Authorization"] = f"Bearer {key or self.admin_key()}"
         conn = http.client.HTTPConnection("127.0.0.1", self.admin_port, timeout=10)
         try:
-            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            conn.request(method, path, body=data, headers=headers)
             resp = conn.getresponse()
             raw = resp.read()
             return resp.status, json.loads(raw) if raw else None

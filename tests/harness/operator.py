@@ -67,6 +67,8 @@ class OperatorProcess(ChildProcess):
             "PYTHONUNBUFFERED": "1",
             # One key per log directory (a test's replicas share it, so they agree on every hash).
             "BATON_DIGEST_KEY_FILE": ensure_digest_key(log_dir / "digest.key"),
+            # The gateway admin key: the same file the test's gateways get (harness.gateway).
+            "BATON_GATEWAY_ADMIN_KEY_FILE": ensure_digest_key(log_dir / "gateway-admin.key"),
         })
         if namespaces:
             # The system namespace holds the per-runtime metrics Lease (baton.exporter): the test's

@@ -195,6 +195,11 @@ false
 {{- printf "%s-gateway" (include "baton.fullname" .) -}}
 {{- end -}}
 
+{{/* The Secret holding the gateway admin key: gateway.adminKey.existingSecret, else the chart's own. */}}
+{{- define "baton.gatewayAdminKeySecret" -}}
+{{- default (printf "%s-gateway-admin-key" (include "baton.fullname" .)) .Values.gateway.adminKey.existingSecret -}}
+{{- end -}}
+
 {{/*
 Selector labels of the gateway pods. A name of their own ("<name>-gateway"), like the test pod's:
 the operator's Deployment, PDB and metrics Service select the plain name and instance, and must
@@ -228,7 +233,8 @@ watched, nothing else); test_chart_render checks them against what the code decl
 - apiGroups: ["baton.dev"]
   resources: ["toolruntimes"]
   verbs: ["list", "watch"]
-# Generation pods (selected by label baton.dev/runtime): serving label, readiness, pod IP.
+# Generation pods (selected by label baton.dev/runtime): serving label, readiness, pod IP; and
+# every pod's IPs and namespace: who a caller is (spec.service.clients, docs/gateway.md).
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]

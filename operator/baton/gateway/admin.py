@@ -1,32 +1,76 @@
-"""The admin API the operator calls (JSON; /work/brief/gateway.md). Does I/O (an aiohttp app).
+"""The admin API the operator calls (JSON; docs/gateway.md, "Registration and the admin API").
+Does I/O (an aiohttp app).
 
-- POST /v1/seal {"namespace", "runtime", "uid"} -> {"sealed": true, "inflight": n, "held": h}:
-  from this answer on, no new call is forwarded to that pod UID (idempotent).
-- GET /v1/inflight?uid=<uid>[&namespace=<ns>&runtime=<name>] -> {"uid", "inflight", "sealed"
-  [, "held"]}: calls forwarded to it and not yet answered in full, open streams and WebSockets;
-  with the runtime named, also the calls held for it now (what `kubectl baton status` shows).
+Every request carries `Authorization: Bearer <the admin key>` (BATON_GATEWAY_ADMIN_KEY_FILE, the
+same Secret mounted into the operator); without it, or with another key: 401, nothing read or
+changed.
+
+- POST /v1/seal {"namespace", "runtime", "uid", "lease": {"name", "uid"}} -> {"sealed": true,
+  "inflight": n, "held": h}: from this answer on, no new call is forwarded to that pod UID
+  (idempotent). `lease` names the replica the seal is addressed to (its registration Lease, as
+  the operator listed it): any other replica, or this one under another Lease UID, answers 409
+  and seals nothing. Past the sealed bounds (baton.gateway.state) with nothing to evict: 503,
+  nothing sealed, the operator asks again.
+- GET /v1/inflight?uid=<uid>[&namespace=<ns>&runtime=<name>][&lease=<name>&leaseUID=<uid>] ->
+  {"uid", "inflight", "sealed"[, "held"]}: calls forwarded to it and not yet answered in full,
+  open streams and WebSockets; with the runtime named, also the calls held for it now (what
+  `kubectl baton status` shows); with the Lease named, 409 unless it is this replica's.
 - Anything else 404; bad JSON or a missing field 400 naming the field.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
-from typing import Any
+import time
+from typing import Any, Awaitable, Callable
 
 from aiohttp import web
 
+from baton import adminkey
 from baton.gateway import state as state_mod
 
 log = logging.getLogger("baton.gateway")
 MAX_BODY = 4096
+# Refused requests are logged at most this often (a flood of them must not flood the log).
+REFUSAL_LOG_SECONDS = 10.0
+LeaseId = tuple[str, str]  # (name, uid) of this replica's registration Lease
 
 
 def _bad(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
-def application(state: state_mod.State) -> web.Application:
+def _misaddressed(asked: LeaseId, mine: LeaseId | None) -> web.Response | None:
+    """409 unless `asked` is this replica's current Lease."""
+    if mine is not None and asked == mine:
+        return None
+    shown = f"{mine[0]} (uid {mine[1]})" if mine else "no Lease yet"
+    return web.json_response({"error": f"addressed to Lease {asked[0]} (uid {asked[1]}); this replica is {shown}"},
+                             status=409)
+
+
+def application(state: state_mod.State, *, key: adminkey.KeyFile, lease: Callable[[], LeaseId | None],
+                present: Callable[[str], bool] = lambda _uid: True) -> web.Application:
+    """`key`: the admin key every request must present; `lease`: this replica's Lease now (None
+    before it is registered); `present`: whether a pod UID is in the view (seal eviction)."""
+    last_logged = [float("-inf")]
+
+    @web.middleware
+    async def authenticated(request: web.Request,
+                            handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.key()):
+            now = time.monotonic()
+            if now - last_logged[0] >= REFUSAL_LOG_SECONDS:
+                last_logged[0] = now
+                log.warning("admin API: %s %s from %s refused: %s", request.method, request.path, request.remote,
+                            "no bearer credential" if scheme.lower() != "bearer" else "wrong key")
+            return web.json_response({"error": "unauthorized: present the gateway admin key as a bearer token"},
+                                     status=401, headers={"WWW-Authenticate": 'Bearer realm="baton-gateway-admin"'})
+        return await handler(request)
+
     async def seal(request: web.Request) -> web.Response:
         raw = await request.content.read(MAX_BODY + 1)
         if len(raw) > MAX_BODY:
@@ -40,19 +84,39 @@ def application(state: state_mod.State) -> web.Application:
         for field in ("namespace", "runtime", "uid"):
             if not isinstance(doc.get(field), str) or not doc[field]:
                 return _bad(f"field {field!r} (a non-empty string) is missing")
-        uid = str(doc["uid"])
+        addressee = doc.get("lease")
+        if not isinstance(addressee, dict):
+            return _bad("field 'lease' (an object: the addressed replica's Lease name and uid) is missing")
+        for field in ("name", "uid"):
+            if not isinstance(addressee.get(field), str) or not addressee[field]:
+                return _bad(f"field 'lease.{field}' (a non-empty string) is missing")
+        refusal = _misaddressed((addressee["name"], addressee["uid"]), lease())
+        if refusal is not None:
+            return refusal
+        uid, key_ = str(doc["uid"]), (str(doc["namespace"]), str(doc["runtime"]))
         first = uid not in state.sealed
-        state.seal(uid, (str(doc["namespace"]), str(doc["runtime"])))
+        try:
+            state.seal(uid, key_, present=present)
+        except state_mod.SealRefused as exc:
+            log.warning("seal of %s/%s pod %s refused: %s", key_[0], key_[1], uid, exc,
+                        extra={"runtime": f"{key_[0]}/{key_[1]}"})
+            return web.json_response({"error": f"seal refused: {exc}", "reason": "SealLimit"}, status=503)
         if first:
-            log.info("sealed %s/%s pod %s: %d in flight", doc["namespace"], doc["runtime"], uid, state.inflight[uid],
-                     extra={"runtime": f"{doc['namespace']}/{doc['runtime']}"})
-        return web.json_response({"sealed": True, "inflight": state.inflight[uid],
-                                  "held": state.held[(str(doc["namespace"]), str(doc["runtime"]))]})
+            log.info("sealed %s/%s pod %s: %d in flight", key_[0], key_[1], uid, state.inflight[uid],
+                     extra={"runtime": f"{key_[0]}/{key_[1]}"})
+        return web.json_response({"sealed": True, "inflight": state.inflight[uid], "held": state.held[key_]})
 
     async def inflight(request: web.Request) -> web.Response:
         uid = request.query.get("uid")
         if not uid:
             return _bad("query parameter 'uid' is missing")
+        name, lease_uid = request.query.get("lease"), request.query.get("leaseUID")
+        if name or lease_uid:
+            if not name or not lease_uid:
+                return _bad("query parameters 'lease' and 'leaseUID' go together")
+            refusal = _misaddressed((name, lease_uid), lease())
+            if refusal is not None:
+                return refusal
         answer: dict[str, Any] = {"uid": uid, "inflight": state.inflight[uid], "sealed": uid in state.sealed}
         namespace, runtime = request.query.get("namespace"), request.query.get("runtime")
         if namespace and runtime:
@@ -62,7 +126,7 @@ def application(state: state_mod.State) -> web.Application:
     async def not_found(_: web.Request) -> web.Response:
         return web.json_response({"error": "not found"}, status=404)
 
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=MAX_BODY, middlewares=[authenticated])
     app.router.add_post("/v1/seal", seal)
     app.router.add_get("/v1/inflight", inflight)
     app.router.add_route("*", "/{tail:.*}", not_found)

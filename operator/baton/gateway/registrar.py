@@ -6,7 +6,8 @@ last successful renewal is older than the Lease's duration minus a margin (2 s, 
 smaller), it stops forwarding at once (`forwarding()` turns False by itself, read at every
 call), registers again and lists its views again before forwarding again: a replica paused past
 its Lease (SIGSTOP), which the operator may already have counted as gone, never forwards on the
-view it had before the pause.
+view it had before the pause. A renewal that finds the Lease changed or deleted by someone else
+does the same. `lease_id()` is the (name, uid) a seal must be addressed to (baton.gateway.admin).
 """
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ class Registrar:
         self.views_ok = False  # the views were listed after the last lapse
         self.stopping = False
 
+    def lease_id(self) -> tuple[str, str] | None:
+        """(name, uid) of the Lease this replica last wrote: what a seal must be addressed to.
+        None before the first registration. A registration that recreates the Lease changes the
+        uid; the operator's next LIST shows the new one."""
+        meta = (self.lease or {}).get("metadata") or {}
+        name, uid = meta.get("name"), meta.get("uid")
+        return (str(name), str(uid)) if name and uid else None
+
     def fresh(self) -> bool:
         return self.last_ok is not None and self._mono() - self.last_ok < self.duration - margin(self.duration)
 
@@ -69,6 +78,13 @@ class Registrar:
                 except k8s_api.ApiError as exc:
                     if exc.status not in (404, 409):
                         raise
+                    # Someone else changed or deleted our Lease (a second process with our
+                    # instance id, a person): the operator may have listed it without us and
+                    # sealed someone else. Forward nothing until registered and re-listed.
+                    log.warning("the registration Lease was %s by someone else: forwarding stops until "
+                                "registered again and re-listed", "deleted" if exc.status == 404 else "changed")
+                    self.views_ok = False
+                    gwmetrics.REGISTERED.set(0)
                     self.lease = await registration.register_gateway(
                         namespace=self.namespace, instance=self.instance, admin=self.admin,
                         duration_seconds=self.duration, now=self._wall())

@@ -5,16 +5,20 @@ process, its connections kept and bounded).
 
 Each replica registers itself with a Lease labelled baton.dev/component=gateway in
 BATON_SYSTEM_NAMESPACE, renewed while it lives, whose annotation baton.dev/gateway-admin carries
-its admin address (host:port). Live = renewTime + leaseDurationSeconds is still ahead of this
-process's clock, and the annotation is there. The admin calls dial only those addresses, each
-bounded by one short total deadline: a pass is never held long by a replica that does not answer.
+its admin address (host:port). Live = the annotation is there and this process saw the Lease
+change (its uid or resourceVersion: every renewal writes it) less than leaseDurationSeconds ago
+by its OWN monotonic clock, as client-go's leader election judges a Lease: renewTime is the
+replica's wall clock and is never compared with ours (a skewed clock neither hides a forwarding
+replica nor keeps a dead one). A Lease seen for the first time is live (a replica that just
+started must be sealed). The admin calls dial only those addresses, each carrying the admin key
+and naming the Lease they are addressed to, each bounded by one short total deadline: a pass is
+never held long by a replica that does not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import json
 from typing import Any
 from urllib.parse import urlencode
@@ -23,6 +27,7 @@ import aiohttp
 
 from baton.k8s import api, client
 from baton.model import names
+from baton.sharding import ranges
 
 # The API rules this module needs (apiGroup, resource, verbs): the chart grants exactly the union
 # of these (tests/integration/test_chart_render.py checks both ways, and that the calls below fit).
@@ -49,10 +54,12 @@ _session_loop: asyncio.AbstractEventLoop | None = None
 
 @dataclasses.dataclass(frozen=True)
 class Replica:
-    """A live gateway replica: its Lease's name (what a message names) and its admin address."""
+    """A live gateway replica: its Lease's name (what a message names), its admin address, and
+    its Lease's uid (with the name, the addressee of a seal: another replica refuses it)."""
 
     name: str
     admin: str  # host:port
+    uid: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,33 +75,35 @@ class AdminError(Exception):
     """An admin call that did not give a usable answer (unreachable, timed out, not 200, not JSON)."""
 
 
-def live_replicas(leases: list[dict[str, Any]], *, now: datetime.datetime) -> list[Replica]:
-    """The replicas whose Lease is live at `now` (pure: the listing's interpretation)."""
+def live_replicas(leases: list[dict[str, Any]], *, sightings: ranges.Sightings, now: float) -> list[Replica]:
+    """The replicas whose Lease is live at `now` (this process's monotonic clock), recording this
+    listing in `sightings` (pure but for that record: the listing's interpretation). Live: seen
+    changed (uid or resourceVersion) less than leaseDurationSeconds ago, or seen for the first
+    time now. Leases no longer listed are forgotten."""
     out: list[Replica] = []
     for lease in leases:
         meta = lease.get("metadata") or {}
         spec = lease.get("spec") or {}
         admin = (meta.get("annotations") or {}).get(names.ANN_GATEWAY_ADMIN)
-        try:
-            renewed = client.parse_time(spec.get("renewTime"))
-        except ValueError:
-            continue  # not a time: nothing says this replica is alive
+        name, uid, version = meta.get("name"), meta.get("uid"), meta.get("resourceVersion")
         duration = spec.get("leaseDurationSeconds")
-        if not admin or renewed is None or not isinstance(duration, int) or isinstance(duration, bool):
+        if not admin or not name or not uid or not version or not isinstance(duration, int) or isinstance(duration, bool):
             continue
-        if renewed + datetime.timedelta(seconds=duration) > now:
-            out.append(Replica(name=str(meta.get("name") or ""), admin=str(admin)))
+        unchanged_for = sightings.observe(name=str(name), version=f"{uid}/{version}", now=now)
+        if unchanged_for < duration:
+            out.append(Replica(name=str(name), admin=str(admin), uid=str(uid)))
+    sightings.forget_except(str((lz.get("metadata") or {}).get("name")) for lz in leases)
     return sorted(out, key=lambda r: r.name)
 
 
-async def list_live(namespace: str, *, now: datetime.datetime) -> list[Replica]:
+async def list_live(namespace: str, *, sightings: ranges.Sightings, now: float) -> list[Replica]:
     """LIST the gateway Leases of the system namespace (a fresh read: a replica that registered a
-    moment ago must be counted) and keep the live ones."""
+    moment ago must be counted) and keep the live ones (`now`: this process's monotonic clock)."""
     items, _ = await client.work().list(
         api.path("coordination.k8s.io/v1", "leases", namespace),
         label_selector=f"{names.LABEL_COMPONENT}={names.COMPONENT_GATEWAY}",
     )
-    return live_replicas(items, now=now)
+    return live_replicas(items, sightings=sightings, now=now)
 
 
 def _url(admin: str, path: str) -> str:
@@ -124,14 +133,15 @@ async def close() -> None:
     _session, _session_loop = None, None
 
 
-async def _call(method: str, url: str, *, body: dict[str, Any] | None = None,
+async def _call(method: str, url: str, *, body: dict[str, Any] | None = None, key: bytes | None = None,
                 timeout: float = ADMIN_TIMEOUT_SECONDS) -> dict[str, Any]:
+    headers = {"Authorization": "Bearer " + key.decode("ascii")} if key else {}
     try:
-        async with _admin_session().request(method, url, json=body, allow_redirects=False,
+        async with _admin_session().request(method, url, json=body, headers=headers, allow_redirects=False,
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             raw = await resp.content.read(MAX_ADMIN_RESPONSE_BYTES + 1)
             if resp.status != 200:
-                raise AdminError(f"{method} {url}: {resp.status}")
+                raise AdminError(f"{method} {url}: {resp.status}{_why(raw)}")
     except AdminError:
         raise
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -147,6 +157,16 @@ async def _call(method: str, url: str, *, body: dict[str, Any] | None = None,
     return answer
 
 
+def _why(raw: bytes) -> str:
+    """The error a refusal's JSON body gives (401 without the key, 409 misaddressed, 503 past a
+    bound), for the log; empty if it gives none."""
+    try:
+        error = json.loads(raw[:MAX_ADMIN_RESPONSE_BYTES]).get("error")
+    except (ValueError, AttributeError):
+        return ""
+    return f" ({str(error)[:200]})" if error else ""
+
+
 def _counts(answer: dict[str, Any], what: str) -> Counts:
     n = answer.get("inflight")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
@@ -157,23 +177,27 @@ def _counts(answer: dict[str, Any], what: str) -> Counts:
     return Counts(inflight=n, held=held if ok else None)
 
 
-async def seal(replica: Replica, *, namespace: str, runtime: str, uid: str,
+async def seal(replica: Replica, *, namespace: str, runtime: str, uid: str, key: bytes | None = None,
                timeout: float = ADMIN_TIMEOUT_SECONDS) -> Counts:
-    """POST /v1/seal: from this answer on, the replica forwards no new call to pod `uid`. Returns
-    its in-flight count for that pod and the calls it holds for the runtime; AdminError unless it
-    confirmed (sealed: true)."""
-    answer = await _call("POST", _url(replica.admin, "/v1/seal"),
-                         body={"namespace": namespace, "runtime": runtime, "uid": uid}, timeout=timeout)
+    """POST /v1/seal, addressed to the replica's Lease (name and uid) and carrying the admin key:
+    from this answer on, the replica forwards no new call to pod `uid`. Returns its in-flight
+    count for that pod and the calls it holds for the runtime; AdminError unless it confirmed
+    (sealed: true)."""
+    body = {"namespace": namespace, "runtime": runtime, "uid": uid, "lease": {"name": replica.name, "uid": replica.uid}}
+    answer = await _call("POST", _url(replica.admin, "/v1/seal"), body=body, key=key, timeout=timeout)
     if answer.get("sealed") is not True:
         raise AdminError(f"{replica.name}: seal not confirmed")
     return _counts(answer, replica.name)
 
 
-async def inflight(replica: Replica, *, uid: str, namespace: str, runtime: str,
+async def inflight(replica: Replica, *, uid: str, namespace: str, runtime: str, key: bytes | None = None,
                    timeout: float = ADMIN_TIMEOUT_SECONDS) -> Counts:
     """GET /v1/inflight: calls forwarded to pod `uid` and not yet answered in full (streams and
-    WebSockets included) on this replica, and the calls it holds for the runtime."""
-    query = urlencode({"uid": uid, "namespace": namespace, "runtime": runtime})
-    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + query), timeout=timeout)
+    WebSockets included) on this replica, and the calls it holds for the runtime. Addressed to
+    the replica's Lease when its uid is known (another replica refuses to answer for it)."""
+    fields = {"uid": uid, "namespace": namespace, "runtime": runtime}
+    if replica.uid:
+        fields.update({"lease": replica.name, "leaseUID": replica.uid})
+    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + urlencode(fields)), key=key, timeout=timeout)
     return _counts(answer, replica.name)
 

@@ -1,11 +1,10 @@
-"""The gateway adapter: which registration Leases are live (pure), the admin calls against a real
+"""The gateway adapter: the admin calls against a real
 aiohttp server on loopback (bounded; anything but a confirmed answer is an AdminError), and
 baton.sealing's observation with the replicas stubbed at that adapter boundary."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import time
 from typing import Any, Sequence
 
@@ -14,7 +13,6 @@ from aiohttp import web
 
 from baton import sealing
 from baton.k8s import gateways as gw
-from baton.model import names
 from baton.model import status as st
 
 from .. import builders as b
@@ -22,31 +20,7 @@ from ..lifecycle.shapes import OLD_QUIET, retiring
 
 pytestmark = pytest.mark.unit
 
-NOW = datetime.datetime(2026, 12, 2, 1, 0, 0, tzinfo=datetime.timezone.utc)
-
-
-def lease(name: str, *, renewed: float, duration: Any = 15, admin: str | None = "127.0.0.1:9") -> dict[str, Any]:
-    ann = {names.ANN_GATEWAY_ADMIN: admin} if admin is not None else {}
-    return {"metadata": {"name": name, "annotations": ann,
-                         "labels": {names.LABEL_COMPONENT: names.COMPONENT_GATEWAY}},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": duration,
-                     "renewTime": (NOW + datetime.timedelta(seconds=renewed)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}
-
-
-def test_live_replicas_are_those_renewed_within_their_duration_with_an_admin_address() -> None:
-    leases = [
-        lease("baton-gateway.b", renewed=-5),
-        lease("baton-gateway.a", renewed=-14.5),
-        lease("baton-gateway.expired", renewed=-15),
-        lease("baton-gateway.noadmin", renewed=-1, admin=None),
-        lease("baton-gateway.noduration", renewed=-1, duration=None),
-        lease("baton-gateway.boolduration", renewed=-1, duration=True),
-        {"metadata": {"name": "baton-gateway.badtime", "annotations": {names.ANN_GATEWAY_ADMIN: "127.0.0.1:9"}},
-         "spec": {"leaseDurationSeconds": 15, "renewTime": "yesterday"}},
-        {"metadata": {"name": "baton-gateway.nothing"}},
-    ]
-    live = gw.live_replicas(leases, now=NOW)
-    assert live == [gw.Replica("baton-gateway.a", "127.0.0.1:9"), gw.Replica("baton-gateway.b", "127.0.0.1:9")]
+# Which Leases are live: tests/unit/k8s/test_gateways_liveness.py (by this process's own clock).
 
 
 class Admin:
@@ -92,7 +66,8 @@ def test_admin_calls_send_the_contract_and_read_the_count() -> None:
         try:
             assert await gw.seal(replica, namespace="ns", runtime="rt", uid="uid-7") == gw.Counts(2, None)
             assert await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt") == gw.Counts(1, None)
-            assert admin.requests == [("POST", "/v1/seal", {"namespace": "ns", "runtime": "rt", "uid": "uid-7"}),
+            assert admin.requests == [("POST", "/v1/seal", {"namespace": "ns", "runtime": "rt", "uid": "uid-7",
+                                                            "lease": {"name": "baton-gateway.t", "uid": ""}}),
                                       ("GET", "/v1/inflight?uid=uid-7&namespace=ns&runtime=rt", None)]
             # The held count, when the replica says it (a malformed one is unknown, never an error).
             admin.seal_answer = {"sealed": True, "inflight": 0, "held": 3}
