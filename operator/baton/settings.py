@@ -136,6 +136,7 @@ class _OperatorEnv(_Env):
     system_namespace: str = _f("BATON_SYSTEM_NAMESPACE", "default")
     digest_key_file: str = _f("BATON_DIGEST_KEY_FILE", "")
     shard_ranges: int = _f("BATON_SHARD_RANGES", 0, ge=0)
+    gateway_admin_key_file: str = _f("BATON_GATEWAY_ADMIN_KEY_FILE", "")
 
     @pydantic.field_validator("shard_ranges")
     @classmethod
@@ -176,6 +177,9 @@ class Settings:
     # Sharding: the runtimes' hash space cut into this many ranges, held by the replicas through
     # Leases in system_namespace (baton.sharding). 0: off, every replica tries every runtime.
     shard_ranges: int = 0
+    # The file holding the gateway admin key (the chart mounts its Secret there): presented to the
+    # gateway replicas' admin API. Unset: seals go without it, and a gateway refuses them (401).
+    gateway_admin_key_file: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -185,6 +189,7 @@ class Settings:
         fields["identity"] = parsed.identity or _default_identity()
         fields["system_namespace"] = parsed.system_namespace.strip() or "default"
         fields["digest_key_file"] = parsed.digest_key_file.strip()
+        fields["gateway_admin_key_file"] = parsed.gateway_admin_key_file.strip()
         return cls(**fields)
 
 
@@ -212,8 +217,18 @@ class _GatewayEnv(_Env):
     log_level: LogLevel = _f("BATON_LOG_LEVEL", "INFO")
     max_held_per_runtime: int = _f("BATON_GATEWAY_MAX_HELD", 1000, ge=1, le=100000)
     max_held_body_bytes: int = _f("BATON_GATEWAY_MAX_HELD_BODY_BYTES", 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    max_held_total: int = _f("BATON_GATEWAY_MAX_HELD_TOTAL", 4000, ge=1, le=1000000)
+    max_buffered_bytes: int = _f("BATON_GATEWAY_MAX_BUFFERED_BYTES", 64 * 1024 * 1024, ge=64 * 1024, le=16 * 1024 ** 3)
+    max_held_bytes_per_runtime: int = _f("BATON_GATEWAY_MAX_HELD_BYTES_PER_RUNTIME", 16 * 1024 * 1024, ge=1024, le=16 * 1024 ** 3)
+    max_connections: int = _f("BATON_GATEWAY_MAX_CONNECTIONS", 4096, ge=1, le=1000000)
+    max_connections_per_client: int = _f("BATON_GATEWAY_MAX_CONNECTIONS_PER_CLIENT", 1024, ge=1, le=1000000)
+    body_timeout_seconds: int = _f("BATON_GATEWAY_BODY_SECONDS", 30, ge=1, le=3600)
+    max_upstream_connections: int = _f("BATON_GATEWAY_MAX_UPSTREAM_CONNECTIONS", 4096, ge=1, le=1000000)
+    max_upstream_per_pod: int = _f("BATON_GATEWAY_MAX_UPSTREAM_PER_POD", 512, ge=1, le=1000000)
+    stream_idle_seconds: float = _f("BATON_GATEWAY_STREAM_IDLE_SECONDS", 2.0, ge=0.1, le=3600)
     idle_timeout_seconds: int = _f("BATON_GATEWAY_IDLE_SECONDS", 300, ge=1, le=86400)
     header_timeout_seconds: int = _f("BATON_GATEWAY_HEADER_SECONDS", 10, ge=1, le=300)
+    admin_key_file: str = _f("BATON_GATEWAY_ADMIN_KEY_FILE", "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,11 +252,31 @@ class GatewaySettings:
     # idle (no byte either way) timeouts.
     max_held_per_runtime: int = 1000
     max_held_body_bytes: int = 1024 * 1024
+    # The whole gateway: calls held over all runtimes; bytes of request bodies kept in memory at
+    # once (held calls' bodies, and small bodies read whole before they are forwarded); client
+    # connections open, in all and per client address; the total time to receive a body that is
+    # read whole (a held call's: also within its admissionSeconds).
+    max_held_total: int = 4000
+    max_buffered_bytes: int = 64 * 1024 * 1024
+    max_held_bytes_per_runtime: int = 16 * 1024 * 1024  # held bodies of one runtime
+    max_connections: int = 4096
+    max_connections_per_client: int = 1024
+    body_timeout_seconds: float = 30.0
+    # Connections to pods, in all and per pod, on each of the two upstream clients (whole-body
+    # calls; streamed uploads, HEAD and WebSockets): one runtime's streams or slow calls cannot
+    # take another's. Waiting for a place is bounded (UPSTREAM_WAIT_SECONDS), then 503 Overloaded.
+    max_upstream_connections: int = 4096
+    max_upstream_per_pod: int = 512
+    # At the seal, an open stream to the sealed pod (a GET event stream, a WebSocket) that carried
+    # nothing for this long is ended, so its client reconnects to the next generation.
+    stream_idle_seconds: float = 2.0
     connect_timeout_seconds: float = 3.0
     idle_timeout_seconds: float = 300.0
     # A connection's first request head (request line and headers) must arrive within this
     # (slowloris: a client dribbling its headers holds a connection no longer).
     header_timeout_seconds: float = 10.0
+    # The file holding the admin key every admin request must present (required at startup).
+    admin_key_file: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "GatewaySettings":
@@ -266,6 +301,16 @@ class GatewaySettings:
             log_level=p.log_level,
             max_held_per_runtime=p.max_held_per_runtime,
             max_held_body_bytes=p.max_held_body_bytes,
+            max_held_total=p.max_held_total,
+            max_buffered_bytes=p.max_buffered_bytes,
+            max_held_bytes_per_runtime=p.max_held_bytes_per_runtime,
+            max_connections=p.max_connections,
+            max_connections_per_client=p.max_connections_per_client,
+            body_timeout_seconds=float(p.body_timeout_seconds),
+            max_upstream_connections=p.max_upstream_connections,
+            max_upstream_per_pod=p.max_upstream_per_pod,
+            stream_idle_seconds=float(p.stream_idle_seconds),
             idle_timeout_seconds=float(p.idle_timeout_seconds),
             header_timeout_seconds=float(p.header_timeout_seconds),
+            admin_key_file=p.admin_key_file.strip(),
         )

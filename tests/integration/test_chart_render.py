@@ -4,6 +4,7 @@ helm is the pinned build from `make tools`; nothing here talks to an API server.
 """
 from __future__ import annotations
 
+import base64
 import importlib
 import copy
 import json
@@ -411,12 +412,14 @@ def test_gateway_is_off_by_default_and_every_object_appears_when_enabled() -> No
                   ("ServiceAccount", "baton-gateway"), ("ClusterRole", "baton-gateway"),
                   ("ClusterRoleBinding", "baton-gateway"), ("Role", "baton-gateway-registration"),
                   ("RoleBinding", "baton-gateway-registration"), ("ServiceMonitor", "baton-gateway"),
-                  ("NetworkPolicy", "baton-gateway")}
+                  ("NetworkPolicy", "baton-gateway"), ("Secret", "baton-gateway-admin-key")}
     # Everything else is the same as with the gateway off (plus its alert in the PrometheusRule).
     rest = lambda objs: sorted((o["kind"], o["metadata"]["name"]) for o in objs if not _is_gateway(o))  # noqa: E731
     assert rest(on) == rest(off)
-    # No NetworkPolicy unless asked for.
-    assert "NetworkPolicy" not in {o["kind"] for o in render({"gateway.enabled": "true"})}
+    # The NetworkPolicy is on by default (issue 41), off only when asked.
+    assert "NetworkPolicy" in {o["kind"] for o in render({"gateway.enabled": "true"})}
+    assert "NetworkPolicy" not in {o["kind"] for o in render({"gateway.enabled": "true",
+                                                               "gateway.networkPolicy.enabled": "false"})}
 
 
 def _gateway_deployment(objs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -441,8 +444,8 @@ def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
     assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                                     "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
     assert not any(k in pod for k in ("hostNetwork", "hostPID", "hostIPC"))
-    for v in pod.get("volumes", []):
-        assert set(v) <= {"name", "emptyDir"}, v
+    for v in pod.get("volumes", []):  # scratch space, and the admin key only
+        assert set(v) <= {"name", "emptyDir"} or v["name"] == "gateway-admin-key", v
     assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
     assert c["startupProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
@@ -460,10 +463,18 @@ def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
         "BATON_GATEWAY_ALLOWED_CIDRS": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8",
         "BATON_GATEWAY_LEASE_SECONDS": "15",
         "BATON_GATEWAY_HEADER_SECONDS": "10",
+        # The bounds (gateway.limits; docs/gateway.md, "Bounds").
+        "BATON_GATEWAY_MAX_HELD": "1000", "BATON_GATEWAY_MAX_HELD_TOTAL": "4000",
+        "BATON_GATEWAY_MAX_HELD_BODY_BYTES": "1048576", "BATON_GATEWAY_MAX_HELD_BYTES_PER_RUNTIME": "16777216",
+        "BATON_GATEWAY_MAX_BUFFERED_BYTES": "67108864", "BATON_GATEWAY_MAX_CONNECTIONS": "4096",
+        "BATON_GATEWAY_MAX_CONNECTIONS_PER_CLIENT": "1024", "BATON_GATEWAY_BODY_SECONDS": "30",
+        "BATON_GATEWAY_MAX_UPSTREAM_CONNECTIONS": "4096", "BATON_GATEWAY_MAX_UPSTREAM_PER_POD": "512",
+        "BATON_GATEWAY_STREAM_IDLE_SECONDS": "2",
         "BATON_METRICS_BIND": ":8080",
         "BATON_HEALTH_BIND": ":8081",
         "BATON_SHUTDOWN_GRACE_SECONDS": "25",
         "BATON_LOG_LEVEL": "INFO",
+        "BATON_GATEWAY_ADMIN_KEY_FILE": "/etc/baton/gateway-admin-key/key",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     # The gateway reads exactly these: each name is one GatewaySettings.from_env knows, and the
@@ -580,6 +591,31 @@ def test_gateway_network_policy_lets_only_the_operator_reach_the_admin_port() ->
     assert [p["port"] for p in admin_rule["ports"]] == ["admin"]
     [peer] = admin_rule["from"]
     assert peer == {"podSelector": {"matchLabels": operator["spec"]["selector"]["matchLabels"]}}
+
+
+@pytest.mark.parametrize("existing", ["", "my-admin-key"])
+def test_the_gateway_admin_key_is_mounted_into_the_operator_and_the_gateway(existing: str) -> None:
+    """The same Secret (the chart's random one, or gateway.adminKey.existingSecret) in both pods,
+    at the file BATON_GATEWAY_ADMIN_KEY_FILE names, readable by the non-root user; none without
+    the gateway."""
+    objs = render({"gateway.enabled": "true", "gateway.adminKey.existingSecret": existing})
+    name = existing or "baton-gateway-admin-key"
+    secrets = [o for o in by_kind(objs, "Secret") if o["metadata"]["name"] == "baton-gateway-admin-key"]
+    if existing:
+        assert secrets == []
+    else:
+        [secret] = secrets
+        assert len(base64.b64decode(secret["data"]["key"])) == 64
+    for dep in by_kind(objs, "Deployment"):
+        pod = dep["spec"]["template"]["spec"]
+        [vol] = [v for v in pod["volumes"] if v["name"] == "gateway-admin-key"]
+        assert vol["secret"]["secretName"] == name and vol["secret"]["defaultMode"] & 0o004
+        [c] = pod["containers"]
+        [mount] = [m for m in c["volumeMounts"] if m["name"] == "gateway-admin-key"]
+        assert mount["readOnly"] and container_env(dep)["BATON_GATEWAY_ADMIN_KEY_FILE"] == mount["mountPath"] + "/key"
+    off = render()
+    assert not [o for o in by_kind(off, "Secret") if "admin-key" in o["metadata"]["name"]]
+    assert all("BATON_GATEWAY_ADMIN_KEY_FILE" not in container_env(d) for d in by_kind(off, "Deployment"))
 
 
 def test_gateway_service_monitor_selects_the_gateway_metrics_service() -> None:

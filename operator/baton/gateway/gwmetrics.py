@@ -11,7 +11,7 @@ from baton import metrics
 
 CALLS = prometheus_client.Counter(
     "baton_gateway_calls_total",
-    "Calls by outcome (forwarded, held_then_forwarded, refused) and reason (refusals; else empty).",
+    "Calls by outcome (forwarded, held_then_forwarded, refused, cancelled: the client left while it was held, never sent) and reason (refusals; else empty).",
     ["outcome", "reason"], registry=metrics.REGISTRY)
 HOLD_SECONDS = prometheus_client.Histogram(
     "baton_gateway_hold_seconds", "How long held calls waited for a serving generation (forwarded or refused).",
@@ -21,8 +21,25 @@ INFLIGHT = prometheus_client.Gauge(
     registry=metrics.REGISTRY)
 HELD = prometheus_client.Gauge("baton_gateway_held", "Calls held now, waiting for a serving generation.",
                                registry=metrics.REGISTRY)
+BUFFERED_BYTES = prometheus_client.Gauge(
+    "baton_gateway_buffered_bytes", "Bytes of request bodies in memory now (held calls' bodies, small bodies read whole).",
+    registry=metrics.REGISTRY)
+CONNECTIONS = prometheus_client.Gauge("baton_gateway_connections", "Client connections open now.",
+                                      registry=metrics.REGISTRY)
+CONNECTIONS_REFUSED = prometheus_client.Counter(
+    "baton_gateway_connections_refused_total",
+    "Client connections answered 503 Overloaded and closed at once, by the bound reached (total, per_client).",
+    ["bound"], registry=metrics.REGISTRY)
+CUT_UPSTREAM = prometheus_client.Counter(
+    "baton_gateway_calls_cut_total",
+    "Calls forwarded whose client left before the answer was sent in full: the pod's connection was closed.",
+    registry=metrics.REGISTRY)
+STREAMS_ENDED = prometheus_client.Counter(
+    "baton_gateway_streams_ended_total",
+    "Open GET event streams and WebSockets of a sealed pod ended once quiet, so their clients reconnect to the next generation.",
+    registry=metrics.REGISTRY)
 UPSTREAM_ERRORS = prometheus_client.Counter(
-    "baton_gateway_upstream_errors_total", "Failures talking to a pod: connect, timeout, reset.",
+    "baton_gateway_upstream_errors_total", "Failures talking to a pod (connect, request, stream), and calls refused for want of an upstream connection (pool).",
     ["kind"], registry=metrics.REGISTRY)
 REGISTERED = prometheus_client.Gauge(
     "baton_gateway_forwarding", "1 while this replica forwards (registered, renewed within the margin, views listed).",

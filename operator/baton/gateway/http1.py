@@ -257,6 +257,11 @@ class Connection(asyncio.Protocol):
         self._wake()
         self.abort()
 
+    def cut(self) -> None:
+        """End the answer from our side (a stream ended at the seal): a read waiting on it
+        raises UpstreamFailed, and the connection is closed."""
+        self._fail(UpstreamFailed("ended by the gateway"))
+
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)

@@ -20,7 +20,7 @@ import time
 from aiohttp import web
 
 import baton
-from baton import logs, server
+from baton import adminkey, logs, server
 from baton import settings as settings_mod
 from baton.gateway import admin, gwmetrics, listener, proxy, registrar, state, views
 from baton.k8s import client
@@ -28,6 +28,7 @@ from baton.settings import GatewaySettings
 
 log = logging.getLogger("baton.gateway")
 SEALED_SWEEP_SECONDS = 30.0
+STREAMS_SWEEP_SECONDS = 0.25
 
 
 async def _serve(app: web.Application, bind: tuple[str, int], *, shutdown_timeout: float = 5.0) -> tuple[web.AppRunner, web.TCPSite]:
@@ -48,6 +49,15 @@ async def run(settings: GatewaySettings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+
+    # The admin API is never served without its key (docs/gateway.md, "Registration and the
+    # admin API"): checked first, before anything is opened.
+    if not settings.admin_key_file:
+        raise adminkey.AdminKeyError(
+            f"{adminkey.VARIABLE} is not set: it names the file holding the gateway admin key, the same "
+            "as the operator's (the Helm chart mounts its Secret there). Outside the chart, write one key, "
+            "e.g. `head -c 48 /dev/urandom | base64 > admin.key`, and give both the same file")
+    admin_key = adminkey.KeyFile(settings.admin_key_file)
 
     # What startup opened, closed again if it fails half-way (a port taken): one error line at
     # exit, not aiohttp's "Unclosed client session" noise.
@@ -81,7 +91,8 @@ async def run(settings: GatewaySettings) -> int:
         runners = await server.start(metrics_bind=settings.metrics_bind, health_bind=settings.health_bind, is_ready=ready)
         for r in runners:
             undo.push_async_callback(r.cleanup)
-        admin_runner, _ = await _serve(admin.application(st), settings.admin_bind)
+        admin_runner, _ = await _serve(admin.application(st, key=admin_key, lease=reg.lease_id, present=vw.pod_present),
+                                       settings.admin_bind)
         undo.push_async_callback(admin_runner.cleanup)
         await reg.start()
         vw.start(watch_api)
@@ -90,7 +101,8 @@ async def run(settings: GatewaySettings) -> int:
         undo.callback(reg_task.cancel)
 
         calls = listener.CallsListener(px.handle, settings.bind, header_seconds=settings.header_timeout_seconds,
-                                       on_cut=gwmetrics.HEADER_TIMEOUTS.inc)
+                                       on_cut=gwmetrics.HEADER_TIMEOUTS.inc, max_connections=settings.max_connections,
+                                       max_connections_per_client=settings.max_connections_per_client)
         try:
             await calls.start()
         except BaseException:
@@ -107,7 +119,16 @@ async def run(settings: GatewaySettings) -> int:
             uids = {str((p.get("metadata") or {}).get("uid")) for p in vw.pods.items()}
             st.forget_gone(uids.__contains__)
 
+    async def end_idle_streams() -> None:
+        # Quiet streams of sealed pods end within a quarter second of their idle bound.
+        while True:
+            await asyncio.sleep(STREAMS_SWEEP_SECONDS)
+            ended = st.streams.end_idle(sealed=st.sealed, idle_seconds=settings.stream_idle_seconds)
+            if ended:
+                gwmetrics.STREAMS_ENDED.inc(ended)
+
     sweeper = asyncio.create_task(sweep(), name="gateway sealed sweep")
+    stream_ender = asyncio.create_task(end_idle_streams(), name="gateway stream ender")
     await stop.wait()
 
     log.info("gateway %s: shutting down (%d in flight)", settings.identity, st.total_inflight())
@@ -122,9 +143,10 @@ async def run(settings: GatewaySettings) -> int:
         log.warning("gateway %s: %d calls still in flight at the end of the grace period", settings.identity, left)
     await calls.cleanup()
     sweeper.cancel()
+    stream_ender.cancel()
     reg.stopping = True
     reg_task.cancel()
-    await asyncio.gather(reg_task, sweeper, return_exceptions=True)
+    await asyncio.gather(reg_task, sweeper, stream_ender, return_exceptions=True)
     await reg.unregister()
     await admin_runner.cleanup()
     for r in runners:
@@ -138,6 +160,9 @@ async def run(settings: GatewaySettings) -> int:
 def main(settings: GatewaySettings) -> int:
     try:
         return asyncio.run(run(settings))
+    except adminkey.AdminKeyError as exc:  # no admin key: the admin API would be open to anyone
+        logs.fatal(f"gateway startup failed: {exc}", stream=sys.stdout, version=baton.version())
+        return 2
     except OSError as exc:  # a port that cannot be bound, the API server unreachable at start
         logs.fatal(f"gateway startup failed: {exc}", stream=sys.stdout, version=baton.version())
         return 1

@@ -1,8 +1,11 @@
 """What one gateway replica remembers between calls: sealed pod UIDs, in-flight counts per pod
 UID, which generation's pod issued which Mcp-Session-Id, and one wake-up per runtime. No I/O.
 
-All bounded: sealed UIDs (SEALED_CAP, oldest first; an entry goes once its pod has been out of
-the view for SEALED_FORGET_SECONDS), sessions (SESSIONS_CAP, least recently used first).
+All bounded: sealed UIDs (SEALED_PER_RUNTIME per runtime and SEALED_CAP in all; at a bound only
+the seal of a pod already out of the view is evicted, never that of a pod still in it: with none
+to evict the new seal is refused, SealRefused, and the operator asks again; an entry also goes
+once its pod has been out of the view for SEALED_FORGET_SECONDS), sessions (SESSIONS_CAP, least
+recently used first).
 """
 
 from __future__ import annotations
@@ -13,11 +16,21 @@ import time
 from typing import Callable
 
 from baton.gateway import gwmetrics
+from baton.gateway import streams as streams_mod
 
 Key = tuple[str, str]  # (namespace, runtime)
-SEALED_CAP = 65536
+# A runtime has one serving pod and, through a handoff, one or two retiring ones: 16 sealed pods
+# of one runtime still in the view is far past any real handoff. Only the operator can seal (the
+# admin API is authenticated), so the total bound is a backstop: one per runtime of a large
+# installation, each a few dozen bytes.
+SEALED_PER_RUNTIME = 16
+SEALED_CAP = 16384
 SEALED_FORGET_SECONDS = 600.0
 SESSIONS_CAP = 65536
+
+
+class SealRefused(Exception):
+    """A seal past a bound with no seal of a gone pod to evict: refused, nothing changed."""
 
 
 class State:
@@ -26,9 +39,18 @@ class State:
         self.sealed: collections.OrderedDict[str, Key] = collections.OrderedDict()
         self._gone_since: dict[str, float] = {}
         self.inflight: collections.Counter[str] = collections.Counter()
-        self.sessions: collections.OrderedDict[str, str] = collections.OrderedDict()  # session id -> pod uid
+        # (namespace, runtime, session id) -> the pod uid that answered its initialize
+        self.sessions: collections.OrderedDict[tuple[str, str, str], str] = collections.OrderedDict()
         self._wake: dict[Key, asyncio.Event] = {}
         self.held: collections.Counter[Key] = collections.Counter()
+        # The ledger's totals (baton.gateway.budget): calls held in all, request-body bytes in memory.
+        self.held_total = 0
+        self.buffered_bytes = 0
+        self.held_bytes: collections.Counter[Key] = collections.Counter()
+        self.held_bytes_total = 0
+        # Open GET event streams and WebSockets per pod UID, ended once their pod is sealed and
+        # they are quiet (baton.gateway.streams).
+        self.streams = streams_mod.Streams(clock=clock)
 
     # --- wake-ups: one Event per runtime, replaced when set, so a waiter sees every change after it looked
     def event(self, key: Key) -> asyncio.Event:
@@ -47,13 +69,30 @@ class State:
             self.wake(key)
 
     # --- seal
-    def seal(self, uid: str, key: Key) -> None:
+    def seal(self, uid: str, key: Key, *, present: Callable[[str], bool] = lambda _uid: True) -> None:
+        """Seal pod `uid` of runtime `key` (idempotent). At a bound, the oldest seal of a pod out
+        of the view (`present` False) makes room; if every one is of a pod still in the view,
+        SealRefused and nothing changes. (Without `present`, every pod counts as in the view.)"""
+        if uid in self.sealed:
+            self.wake(key)
+            return
+        mine = [u for u, k in self.sealed.items() if k == key]
+        if len(mine) >= SEALED_PER_RUNTIME and not self._evict_gone(mine, present):
+            raise SealRefused(f"{key[0]}/{key[1]} has {len(mine)} sealed pods still in the view "
+                              f"(at most {SEALED_PER_RUNTIME})")
+        if len(self.sealed) >= SEALED_CAP and not self._evict_gone(list(self.sealed), present):
+            raise SealRefused(f"{len(self.sealed)} sealed pods still in the view (at most {SEALED_CAP})")
         self.sealed[uid] = key
-        self.sealed.move_to_end(uid)
-        while len(self.sealed) > SEALED_CAP:
-            old, _ = self.sealed.popitem(last=False)
-            self._gone_since.pop(old, None)
         self.wake(key)
+
+    def _evict_gone(self, uids: list[str], present: Callable[[str], bool]) -> bool:
+        """Drop the oldest of `uids` (oldest first) whose pod is out of the view; False if none."""
+        for old in uids:
+            if not present(old):
+                del self.sealed[old]
+                self._gone_since.pop(old, None)
+                return True
+        return False
 
     def forget_gone(self, present: Callable[[str], bool]) -> None:
         """Drop sealed UIDs whose pod has been out of the view for SEALED_FORGET_SECONDS."""
@@ -80,11 +119,14 @@ class State:
         return sum(self.inflight.values())
 
     # --- MCP sessions
-    def session_issued(self, session: str, uid: str) -> None:
-        self.sessions[session] = uid
-        self.sessions.move_to_end(session)
+    # Keyed by runtime and id: two runtimes whose servers issue the same id never see each
+    # other's (review item 9).
+    def session_issued(self, key: Key, session: str, uid: str) -> None:
+        k = (key[0], key[1], session)
+        self.sessions[k] = uid
+        self.sessions.move_to_end(k)
         while len(self.sessions) > SESSIONS_CAP:
             self.sessions.popitem(last=False)
 
-    def session_uid(self, session: str) -> str | None:
-        return self.sessions.get(session)
+    def session_uid(self, key: Key, session: str) -> str | None:
+        return self.sessions.get((key[0], key[1], session))

@@ -70,6 +70,9 @@ class Answer(Protocol):
 
     def release(self) -> None: ...
 
+    def cut(self) -> None:
+        """End it from the gateway's side: a read waiting on it fails, the connection closes."""
+
 
 class AiohttpAnswer:
     """aiohttp's response as an `Answer` (streamed uploads and HEAD)."""
@@ -92,5 +95,13 @@ class AiohttpAnswer:
     async def read_whole(self) -> bytes:
         return await self._response.read()
 
+    def cut(self) -> None:
+        self._response.close()
+
     def release(self) -> None:
-        self._response.release()
+        if self._response.content.at_eof():
+            self._response.release()
+        else:
+            # Not read in full (the client left, the call was cut): the connection to the pod is
+            # closed, never pooled, so the pod sees the call end.
+            self._response.close()
