@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps bench-gateway chaos chaos-summary model-check mutations
+.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps bench-gateway bench-gateway-flood chaos chaos-summary model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -83,6 +83,15 @@ SKIP ?=
 bench-gateway: $(PY_DEPS) tools ## calls failed during handoffs (direct, gateway, Recreate, RollingUpdate), gateway latency, calls/s per core, RSS (quick: HANDOFFS=5 LAT_CALLS=1000 RSS_RUNTIMES=100)
 	$(PY) -m bench.gateway --handoffs $(HANDOFFS) --rate $(RATE) --lat-rate $(LAT_RATE) --lat-calls $(LAT_CALLS) \
 		--tput-seconds $(TPUT_SECONDS) --concurrency $(CONCURRENCY) --rss-runtimes $(RSS_RUNTIMES) $(if $(SKIP),--skip $(SKIP))
+
+FLOOD_CONNECTIONS ?= 2000
+FLOOD_HELD ?= 400
+FLOOD_SLOW_BODIES ?= 250
+FLOOD_SLOWLORIS ?= 250
+FLOOD_LAT_CALLS ?= 2000
+bench-gateway-flood: $(PY_DEPS) tools ## one gateway (the chart's bounds) under FLOOD_CONNECTIONS connections: held 1 MiB calls, slow bodies, slowloris, one address past its bound; peak RSS vs the chart's limit, refusals by reason, a victim runtime's p50/p99 unloaded and meanwhile (FLOOD_LAT_CALLS at LAT_RATE/s)
+	$(PY) -m bench.gateway_flood --connections $(FLOOD_CONNECTIONS) --held $(FLOOD_HELD) --slow-bodies $(FLOOD_SLOW_BODIES) \
+		--slowloris $(FLOOD_SLOWLORIS) --lat-rate $(LAT_RATE) --lat-calls $(FLOOD_LAT_CALLS)
 
 test-unit: $(PY_DEPS) ## tests/unit only (pure, no cluster; not tests/model: make test and make model-check run that)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
