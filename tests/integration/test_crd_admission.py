@@ -116,7 +116,7 @@ def test_valid_manifest_gets_every_default(cluster: Any, crd: None, namespace: s
     got = json.loads(cluster.kubectl("get", "trt", "defaults", "-n", namespace, "-o", "json").stdout)
     assert got["spec"]["budgets"] == {"lockSeconds": 10, "connectSeconds": 60, "drainSeconds": 30,
                                       "terminationGraceSeconds": 30, "cleanupSeconds": 60,
-                                      "pendingSeconds": 600, "pinSeconds": 600, "admissionSeconds": 30}
+                                      "pendingSeconds": 600, "pinSeconds": 600, "admissionSeconds": 60}
     assert got["spec"]["handoff"] == {"policy": "Immediate"}
     assert got["spec"]["recovery"] == {"onCleanupFailure": "Hold"}
     assert got["spec"]["suspend"] is False

@@ -124,7 +124,7 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
         lines.append("  transition: none")
     spec = rt.get("spec") or {}
     if (spec.get("service") or {}).get("gateway"):
-        admission = (spec.get("budgets") or {}).get("admissionSeconds", 30)
+        admission = (spec.get("budgets") or {}).get("admissionSeconds", 60)
         lines.append(f"  gateway: on: during a transition new calls are held, each at most {admission}s "
                      "(budgets.admissionSeconds), and the retiring generation drains its calls in flight")
     history = status.get("history") or []

@@ -31,7 +31,7 @@ class Budgets(base.Model):
     cleanup_seconds: int = 60
     pending_seconds: int = 600  # WhenIdle: longest wait for idle before handing off anyway
     pin_seconds: int = 600  # longest wait for pins to resolve before RetirementBlocked
-    admission_seconds: int = 30  # gateway only: longest wait of one held call for a serving generation
+    admission_seconds: int = 60  # gateway only: longest wait of one held call for a serving generation
 
 
 class ServicePort(base.Model):

@@ -233,7 +233,7 @@ def test_a_call_held_while_n_plus_1_connects_is_forwarded_to_it() -> None:
 
 def test_admission_seconds() -> None:
     assert route.admission_seconds(runtime()) == 7
-    assert route.admission_seconds(None) == 30
+    assert route.admission_seconds(None) == 60  # the CRD default
 
 
 # --- who may call (tenant isolation) ------------------------------------------------------------
