@@ -30,6 +30,7 @@ from baton.cache import snapshot, store, views as views_mod
 from baton.k8s import client, labels
 from baton.k8s import runtimes as runtimes_api
 from baton.model import names, shardhash
+from baton.model import observed as observed_mod
 from baton.sharding import keeper as shard_keeper
 
 log = logging.getLogger("baton.runner")
@@ -49,7 +50,11 @@ class Controller:
         self.clock = clock
         self.views = views_mod.Views(namespaces=settings.namespaces, watch_configmaps=settings.watch_configmaps,
                                      watch_secrets=settings.watch_secrets, system_namespace=settings.system_namespace,
-                                     shard_ranges=settings.shard_ranges)
+                                     shard_ranges=settings.shard_ranges,
+                                     tool_pod_isolation=observed_mod.ToolPodIsolation(
+                                         system_namespace=settings.system_namespace,
+                                         operator_pod_labels=settings.operator_pod_labels)
+                                     if settings.isolate_tool_pods else None)
         self.executor = execute.Executor(identity=settings.identity, lease_seconds=settings.lease_seconds,
                                          views=self.views, clock=clock, faults=faults)
         self.configs = triggers.ConfigIndex(on_unreferenced=self.views.forget_config)
@@ -121,6 +126,8 @@ class Controller:
         v.services.listeners.append(self._listener(triggers.by_label(names.LABEL_RUNTIME)))
         v.slices.listeners.append(self._listener(triggers.by_label(views_mod.SERVICE_NAME_LABEL)))
         v.leases.listeners.append(self._listener(triggers.on_lease(names.LABEL_RUNTIME)))
+        if v.network_policies is not None:
+            v.network_policies.listeners.append(self._listener(triggers.by_label(names.LABEL_RUNTIME)))
         v.gateway_pods.listeners.append(self._listener(
             lambda old, new: triggers.on_gateway_pod(old, new, endpoint=snapshot.gateway_endpoint, routed=self._routed)))
         if v.configmaps is not None:

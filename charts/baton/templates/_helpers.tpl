@@ -160,6 +160,14 @@ Baton touches is namespaced, so the rules are the same in both scopes.
 - apiGroups: ["discovery.k8s.io"]
   resources: ["endpointslices"]
   verbs: ["list", "watch", "create", "patch", "delete"]
+{{- if and .Values.gateway.enabled .Values.gateway.isolateToolPods }}
+# gateway.isolateToolPods: per runtime routed through the gateway, the NetworkPolicy that admits
+# only the gateway (and the operator) to its pods, owned by the ToolRuntime; watched by label
+# baton.dev/runtime, created, patched and deleted by UID (baton.k8s.networkpolicies).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
+{{- end }}
 {{- if .Values.rbac.readConfigMaps }}
 # ConfigMaps a pod template references: their data is part of the template hash, and a
 # watch on them starts the handoff when it changes (config-ref roll).

@@ -161,6 +161,14 @@ def service_info(svc: dict[str, Any] | None, runtime_uid: str = "") -> observed_
     )
 
 
+def network_policy_info(policy: dict[str, Any] | None, runtime_uid: str) -> observed_mod.NetworkPolicyInfo:
+    if policy is None:
+        return observed_mod.NetworkPolicyInfo(exists=False)
+    return observed_mod.NetworkPolicyInfo(exists=True, owned=client.owned_by(policy, runtime_uid),
+                                          uid=(policy.get("metadata") or {}).get("uid"),
+                                          shape=manifests.policy_shape(policy))
+
+
 def claim_info(obj: dict[str, Any]) -> claims_model.Claim | None:
     """A ToolRuntimeClaim as decide() reads it; None for one the CRD should not have let through."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
@@ -267,6 +275,8 @@ async def read_snapshot(
             if views.known(views.slices, namespace) else True)
     gateway = spec.service is not None and spec.service.gateway
     gateway_endpoints = tuple(e for e in (gateway_endpoint(pd) for pd in views.gateway_pods.items()) if e is not None) if gateway else ()
+    policies = views.network_policies
+    policy = policies.get(namespace, names.tool_pod_policy_name(name)) if policies is not None else None
     observed = observed_mod.Observed(
         namespace=namespace,
         name=name,
@@ -288,6 +298,9 @@ async def read_snapshot(
         gateway_endpoints=gateway_endpoints,
         gateway_endpoints_known=gateway and views.known(views.gateway_pods, views.system_namespace),
         slices=tuple(slice_info(eps, uid) for eps in views.slices.by_label(namespace, name)),
+        tool_pod_isolation=views.tool_pod_isolation,
+        network_policy=network_policy_info(policy, uid),
+        network_policy_known=policies is not None and views.known(policies, namespace),
         claims=tuple(c for c in (claim_info(obj) for obj in views.claims.by_label(namespace, name)) if c is not None),
         claims_known=views.claims_known(namespace),
         missing_config_refs=tuple(missing),

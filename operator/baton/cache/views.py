@@ -27,6 +27,7 @@ from baton.cache import store as store_mod
 from baton.k8s import api as k8s_api
 from baton.k8s import configrefs, runtimes
 from baton.model import names
+from baton.model import observed as observed_mod
 from baton.sharding import ranges as ranges_mod
 
 SERVICE_NAME_LABEL = names.LABEL_SERVICE_NAME
@@ -43,6 +44,10 @@ RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("discovery.k8s.io", "endpointslices", ("list", "watch")),
     ("", "configmaps", ("list", "watch")),
     ("", "secrets", ("list", "watch")),
+)
+# Only with BATON_ISOLATE_TOOL_PODS (the chart grants it with gateway.isolateToolPods).
+POLICY_RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("networking.k8s.io", "networkpolicies", ("list", "watch")),
 )
 
 
@@ -87,7 +92,8 @@ class _RangeWatch:
 
 class Views:
     def __init__(self, *, namespaces: tuple[str, ...], watch_configmaps: bool, watch_secrets: bool,
-                 system_namespace: str = "default", shard_ranges: int = 0) -> None:
+                 system_namespace: str = "default", shard_ranges: int = 0,
+                 tool_pod_isolation: observed_mod.ToolPodIsolation | None = None) -> None:
         self.namespaces = namespaces
         self.system_namespace = system_namespace
         # Sharded (BATON_SHARD_RANGES): pods, Leases, Services and EndpointSlices are watched per
@@ -106,6 +112,10 @@ class Views:
         self.services = store_mod.Store(selected_by=names.LABEL_RUNTIME)
         self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=names.LABEL_RUNTIME)
         self.gateway_pods = store_mod.Store(index_label=None, selected_by=names.LABEL_COMPONENT)
+        # BATON_ISOLATE_TOOL_PODS: the runtimes' tool-pod NetworkPolicies (watched only then).
+        self.tool_pod_isolation = tool_pod_isolation
+        self.network_policies = (store_mod.Store(selected_by=names.LABEL_RUNTIME)
+                                 if tool_pod_isolation is not None else None)
         self.configmaps = store_mod.Store(index_label=None, transform=_names_only) if watch_configmaps else None
         self.secrets = store_mod.Store(index_label=None, transform=_names_only) if watch_secrets else None
         # The data digests of referenced objects, by the version read (baton.k8s.configrefs).
@@ -129,10 +139,13 @@ class Views:
 
     def _owned(self) -> list[tuple[str, str, str, store_mod.Store]]:
         """(kind, apiVersion, plural, store) of the objects Baton makes for a runtime."""
-        return [("Pod", "v1", "pods", self.pods),
-                ("Lease", "coordination.k8s.io/v1", "leases", self.leases),
-                ("Service", "v1", "services", self.services),
-                ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices)]
+        owned = [("Pod", "v1", "pods", self.pods),
+                 ("Lease", "coordination.k8s.io/v1", "leases", self.leases),
+                 ("Service", "v1", "services", self.services),
+                 ("EndpointSlice", "discovery.k8s.io/v1", "endpointslices", self.slices)]
+        if self.network_policies is not None:
+            owned.append(("NetworkPolicy", "networking.k8s.io/v1", "networkpolicies", self.network_policies))
+        return owned
 
     def _kinds(self) -> list[tuple[str, str, str, store_mod.Store, str | None, bool]]:
         """(kind, apiVersion, plural, store, label selector, metadata only) of each informer that
@@ -163,7 +176,8 @@ class Views:
         scopes: tuple[str | None, ...] = self.namespaces or (None,)
         for kind, gv, plural, store, selector, metadata_only in self._kinds():
             for ns in scopes:
-                scope = self._scope() if store in (self.pods, self.leases, self.services, self.slices) else None
+                scope = self._scope() if store in (self.pods, self.leases, self.services, self.slices,
+                                                   self.network_policies) else None
                 informer = informer_mod.Informer(api, kind=kind, group_version=gv, plural=plural, namespace=ns,
                                                  store=store, label_selector=selector, metadata_only=metadata_only,
                                                  scope=scope)
@@ -246,7 +260,8 @@ class Views:
         if not isinstance(obj, dict) or "metadata" not in obj:
             return
         store = {"Pod": self.pods, "Lease": self.leases, "Service": self.services, "EndpointSlice": self.slices,
-                 "ToolRuntime": self.runtimes, "ToolRuntimeClaim": self.claims}.get(kind or str(obj.get("kind") or ""))
+                 "ToolRuntime": self.runtimes, "ToolRuntimeClaim": self.claims,
+                 "NetworkPolicy": self.network_policies}.get(kind or str(obj.get("kind") or ""))
         if store is not None:
             store.apply(obj)
 

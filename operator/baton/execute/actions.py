@@ -21,7 +21,7 @@ from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.execute import events as events_mod
 from baton.execute import leasekeeper, outcomes, statuswrite
-from baton.k8s import api, claims, client, leases, pods, runtimes, services
+from baton.k8s import api, claims, client, leases, networkpolicies, pods, runtimes, services
 from baton.lifecycle import pins
 from baton.lifecycle import plan
 from baton.model import claims as claims_model
@@ -184,6 +184,16 @@ async def delete_endpoint_slice(ctx: Context, action: plan.DeleteEndpointSlice) 
     await services.delete_slice(ns, action.name, action.uid)
 
 
+async def ensure_network_policy(ctx: Context, action: plan.EnsureNetworkPolicy) -> None:
+    ns, _ = ctx.key
+    ctx.views.apply(await networkpolicies.apply_policy(ns, action.manifest, uid=action.uid), "NetworkPolicy")
+
+
+async def delete_network_policy(ctx: Context, action: plan.DeleteNetworkPolicy) -> None:
+    ns, _ = ctx.key
+    await networkpolicies.delete_policy(ns, action.name, action.uid)
+
+
 async def create_pod(ctx: Context, action: plan.CreatePod) -> None:
     ns, _ = ctx.key
     try:
@@ -281,6 +291,8 @@ HANDLERS: dict[type, Handler] = {
     plan.EnsureService: ensure_service,
     plan.DeleteService: delete_service,
     plan.EnsureGatewaySlice: ensure_gateway_slice,
+    plan.EnsureNetworkPolicy: ensure_network_policy,
+    plan.DeleteNetworkPolicy: delete_network_policy,
     plan.DeleteEndpointSlice: delete_endpoint_slice,
     plan.CreatePod: create_pod,
     plan.SetServing: set_serving,

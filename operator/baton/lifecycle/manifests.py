@@ -173,6 +173,43 @@ def slice_shape(eps: dict[str, Any]) -> str:
     return json.dumps({"addressType": eps.get("addressType"), "endpoints": endpoints, "ports": ports}, sort_keys=True)
 
 
+# The label every namespace carries (the API server sets it to the namespace's name).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def build_tool_pod_policy(
+    *, namespace: str, runtime: str, runtime_uid: str, isolation: obs.ToolPodIsolation,
+) -> dict[str, Any]:
+    """The NetworkPolicy that closes the direct path to a gateway-routed runtime's pods (every
+    generation's: LABEL_RUNTIME): ingress on any port from the gateway's pods, which forward the
+    calls, and from the operator's, which send the drain probe, both in the system namespace;
+    from nowhere else. Owned by the runtime (garbage-collected with it)."""
+    def peer(pod_labels: dict[str, str]) -> dict[str, Any]:
+        return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: isolation.system_namespace}},
+                "podSelector": {"matchLabels": pod_labels}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": names.tool_pod_policy_name(runtime),
+            "namespace": namespace,
+            "labels": {names.LABEL_RUNTIME: runtime, names.LABEL_HASH_BUCKET: shardhash.hash_bucket(runtime_uid)},
+            "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_RUNTIME: runtime}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [peer({names.LABEL_COMPONENT: names.COMPONENT_GATEWAY}),
+                                  peer(dict(isolation.operator_pod_labels))]}],
+        },
+    }
+
+
+def policy_shape(policy: dict[str, Any]) -> str:
+    """What Baton writes of the NetworkPolicy (its spec), canonical: equal shapes need no write."""
+    return json.dumps(policy.get("spec") or {}, sort_keys=True)
+
+
 def config_refs(template: dict[str, Any]) -> list[tuple[str, str, bool]]:
     """(kind, name, optional) of every ConfigMap and Secret the pod template references."""
     spec = template.get("spec") or {}

@@ -126,6 +126,23 @@ class DeleteEndpointSlice:
 
 
 @dataclasses.dataclass(frozen=True)
+class EnsureNetworkPolicy:
+    """Create the runtime's tool-pod NetworkPolicy, or patch the one it owns (`uid`, as observed;
+    None: create it)."""
+
+    manifest: dict[str, Any]
+    uid: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeleteNetworkPolicy:
+    """Delete exactly the runtime's tool-pod NetworkPolicy (UID precondition)."""
+
+    name: str
+    uid: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CreatePod:
     manifest: dict[str, Any]
 
@@ -189,6 +206,8 @@ Action = Union[
     DeleteService,
     EnsureGatewaySlice,
     DeleteEndpointSlice,
+    EnsureNetworkPolicy,
+    DeleteNetworkPolicy,
     CreatePod,
     SetServing,
     DeletePod,

@@ -210,6 +210,36 @@ def unreachable_replicas_out(o: obs.Observed) -> tuple[p.Action, ...]:
 
 
 def service_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    """The Service and its EndpointSlice, then the tool-pod NetworkPolicy (BATON_ISOLATE_TOOL_PODS).
+    The policy's delete comes first, its create last: the pods are shut off only once the Service
+    routes to the gateway, and open again before the Service selects them."""
+    policy = network_policy_actions(o)
+    deletes = tuple(a for a in policy if isinstance(a, p.DeleteNetworkPolicy))
+    return deletes + _service_and_slice_actions(o) + tuple(a for a in policy if a not in deletes)
+
+
+def network_policy_actions(o: obs.Observed) -> tuple[p.Action, ...]:
+    """With BATON_ISOLATE_TOOL_PODS: the runtime's pods admit only the gateway (and the operator)
+    exactly while its Service routes to the gateway (routed_to_gateway). Turning `gateway` off,
+    dropping spec.service, or every gateway replica gone (the Service then selects the pod
+    itself) removes the policy, so clients are never shut out of a Service that sends them
+    straight to the pod. Never touches a foreign policy of that name; nothing while either view
+    is not listed (an empty view says nothing)."""
+    iso = o.tool_pod_isolation
+    if iso is None or not o.network_policy_known or (o.network_policy.exists and not o.network_policy.owned):
+        return ()
+    if o.spec.service is not None and o.spec.service.gateway and not o.gateway_endpoints_known:
+        return ()  # routed as it stands until the gateway pods' view is listed: so is the policy
+    have = o.network_policy
+    if not routed_to_gateway(o):
+        return (p.DeleteNetworkPolicy(names.tool_pod_policy_name(o.name), have.uid),) if have.exists and have.uid else ()
+    want = mf.build_tool_pod_policy(namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, isolation=iso)
+    if have.exists and have.shape == mf.policy_shape(want):
+        return ()
+    return (p.EnsureNetworkPolicy(want, have.uid if have.exists else None),)
+
+
+def _service_and_slice_actions(o: obs.Observed) -> tuple[p.Action, ...]:
     """Ensure or delete the runtime's Service (and, routed to the gateway, its EndpointSlice) as
     spec.service says; never touch a foreign one. Order keeps the Service reachable: turning the
     gateway on writes the slice before the selector goes, turning it off brings the selector back

@@ -84,6 +84,23 @@ class SliceInfo(base.Model):
     shape: str = ""  # manifests.slice_shape: what Baton writes of it, canonical
 
 
+class NetworkPolicyInfo(base.Model):
+    """The runtime's tool-pod NetworkPolicy (names.tool_pod_policy_name), as decide() compares it."""
+
+    exists: bool = False
+    owned: bool = True  # controller ownerReference to this runtime; a foreign one is never touched
+    uid: str | None = None
+    shape: str = ""  # manifests.policy_shape: what Baton writes of it, canonical
+
+
+class ToolPodIsolation(base.Model):
+    """BATON_ISOLATE_TOOL_PODS on: who may reach a gateway-routed runtime's pods. The gateway's
+    pods (LABEL_COMPONENT=gateway) and the operator's (these labels) in `system_namespace`."""
+
+    system_namespace: str
+    operator_pod_labels: tuple[tuple[str, str], ...]
+
+
 class Observed(base.Model):
     # The runtime.
     namespace: str
@@ -140,6 +157,11 @@ class Observed(base.Model):
     gateway_endpoints_known: bool = False
     # The EndpointSlices of the runtime's Service (kubernetes.io/service-name=<runtime>).
     slices: tuple[SliceInfo, ...] = ()
+    # BATON_ISOLATE_TOOL_PODS: None when off (Baton then neither makes nor removes the policy);
+    # else whom the policy admits, the policy as watched, and whether that view is listed.
+    tool_pod_isolation: ToolPodIsolation | None = None
+    network_policy: NetworkPolicyInfo = pydantic.Field(default_factory=NetworkPolicyInfo)
+    network_policy_known: bool = False
     # ToolRuntimeClaims that name this runtime (spec.runtimeRef.name), from the watch-fed view.
     claims: tuple[claims_model.Claim, ...] = ()
     # False until the claims view is listed (or while it is forbidden): pins are then unknown, and
