@@ -254,6 +254,7 @@ schema: dict[str, Any] = {
         "allowedCidrs": {"type": "array", "minItems": 1,
                          "items": {"type": "string", "pattern": r"^[0-9a-fA-F:.]+/[0-9]{1,3}$"}},
         "leaseSeconds": i(minimum=3, maximum=300),
+        "staticSeconds": i(minimum=0, maximum=600),
         "headerSeconds": i(minimum=1, maximum=300),
         "limits": obj({
             "maxHeldPerRuntime": i(minimum=1, maximum=100000),
@@ -277,6 +278,7 @@ schema: dict[str, Any] = {
         "podDisruptionBudget": obj({"enabled": b(), "maxUnavailable": {"oneOf": [
             {"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^[0-9]{1,3}%$"}]}}),
         "networkPolicy": obj({"enabled": b()}),
+        "isolateToolPods": b(),
         "adminKey": obj({"existingSecret": s(pattern=r"^$|^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")}),
         "extraEnv": {"type": "array", "items": envvar},
     }),

@@ -11,6 +11,14 @@ gateways), and only at its step:
 Both answers also carry the calls each replica holds for the runtime: with the in-flight sums
 they reach Observed.gateway_calls, which decide() only records in status for people to read.
 decide() (baton.lifecycle.retire) judges the answers; nothing here decides.
+
+A lapsed replica (its Lease stopped changing, its static window not over: it may still forward
+to runtimes in steady state; docs/gateway.md, "When the API server is away") is asked like a
+live one. What it answers is read as: a confirmed seal or a count, as from a live one; refused
+(nothing listens: its process is dead) or misaddressed (409: another process under another
+Lease listens there), gone: it forwards nothing, so it neither holds the seal nor counts; a
+timeout or any other failure, unconfirmed (the seal waits, the count is unknown: busy until the
+drain budget ends, as for a live replica that cannot be reached).
 """
 
 from __future__ import annotations
@@ -85,6 +93,13 @@ class ApiGateways:
         await gw.close()
 
 
+def gone(replica: gw.Replica, answer: object) -> bool:
+    """A lapsed replica whose answer says it is not there (gw.AdminGone: connection refused, or
+    409 misaddressed). A live replica's such answer is a failure like any other: its Lease is
+    being renewed, so something there is forwarding."""
+    return replica.lapsed and isinstance(answer, gw.AdminGone)
+
+
 def applies(o: observed_mod.Observed) -> bool:
     """The runtime is routed through the gateway."""
     return o.spec.service is not None and o.spec.service.gateway
@@ -114,11 +129,15 @@ async def observe(o: observed_mod.Observed, *, gateways: Gateways | None, holds:
     else:
         asked = [gateways.inflight(r, uid=uid, namespace=o.namespace, runtime=o.name) for r in replicas]
     answers = await asyncio.gather(*asked, return_exceptions=True)
-    counts = [a for a in answers if isinstance(a, gw.Counts)]
-    failed = tuple(r.name for r, a in zip(replicas, answers) if not isinstance(a, gw.Counts))
     for r, a in zip(replicas, answers):
         if isinstance(a, BaseException):
-            log.info("gateway %s: %s", r.name, a, extra={"runtime": f"{o.namespace}/{o.name}"})
+            log.info("gateway %s%s: %s%s", r.name, " (lapsed)" if r.lapsed else "", a,
+                     "; counted gone" if gone(r, a) else "", extra={"runtime": f"{o.namespace}/{o.name}"})
+    # A lapsed replica shown gone by its answer is no longer one of the replicas.
+    kept = [(r, a) for r, a in zip(replicas, answers) if not gone(r, a)]
+    replicas = [r for r, _ in kept]
+    counts = [a for _, a in kept if isinstance(a, gw.Counts)]
+    failed = tuple(r.name for r, a in kept if not isinstance(a, gw.Counts))
     inflight = None if failed else sum(c.inflight for c in counts)
     helds = [c.held for c in counts if c.held is not None]
     # For status only (a person's view): what the replicas that answered said, and who did not.

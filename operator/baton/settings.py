@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+import re
 import socket
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -79,9 +80,25 @@ def _as_str(parse: Any) -> Any:
     return pydantic.BeforeValidator(lambda v: parse(v) if isinstance(v, str) else v)
 
 
+def parse_labels(text: str) -> tuple[tuple[str, str], ...]:
+    """`key=value,key=value`: label pairs as a matchLabels selector holds them."""
+    pairs = []
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        key, sep, value = item.partition("=")
+        if not sep or not _LABEL_KEY.fullmatch(key.strip()) or not _LABEL_VALUE.fullmatch(value.strip()):
+            raise ValueError(f"{item!r} is not key=value with a valid label key and value")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_LABEL_KEY = re.compile(rf"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_LABEL_NAME}")
+_LABEL_VALUE = re.compile(rf"({_LABEL_NAME})?")
+
 BindField = Annotated[Bind, _as_str(parse_bind)]
 Networks = Annotated[tuple[Network, ...], _as_str(_networks)]
 Names = Annotated[tuple[str, ...], _as_str(_names)]
+Labels = Annotated[tuple[tuple[str, str], ...], _as_str(parse_labels)]
 
 
 LogLevel = Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
@@ -137,6 +154,8 @@ class _OperatorEnv(_Env):
     digest_key_file: str = _f("BATON_DIGEST_KEY_FILE", "")
     shard_ranges: int = _f("BATON_SHARD_RANGES", 0, ge=0)
     gateway_admin_key_file: str = _f("BATON_GATEWAY_ADMIN_KEY_FILE", "")
+    isolate_tool_pods: bool = _f("BATON_ISOLATE_TOOL_PODS", False)
+    operator_pod_labels: Labels = _f("BATON_OPERATOR_POD_LABELS", ())
 
     @pydantic.field_validator("shard_ranges")
     @classmethod
@@ -180,6 +199,11 @@ class Settings:
     # The file holding the gateway admin key (the chart mounts its Secret there): presented to the
     # gateway replicas' admin API. Unset: seals go without it, and a gateway refuses them (401).
     gateway_admin_key_file: str = ""
+    # spec.service.gateway runtimes get a NetworkPolicy admitting only the gateway's pods and the
+    # operator's own (drain probes) to their pods (docs/gateway.md, "Closing the direct path");
+    # operator_pod_labels: the operator pods' labels (the chart's selector labels), required then.
+    isolate_tool_pods: bool = False
+    operator_pod_labels: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -190,6 +214,10 @@ class Settings:
         fields["system_namespace"] = parsed.system_namespace.strip() or "default"
         fields["digest_key_file"] = parsed.digest_key_file.strip()
         fields["gateway_admin_key_file"] = parsed.gateway_admin_key_file.strip()
+        if parsed.isolate_tool_pods and not parsed.operator_pod_labels:
+            # Without them the policy would shut the operator's drain probes out of the pods.
+            raise SettingsError(variable="BATON_OPERATOR_POD_LABELS",
+                                problem="required when BATON_ISOLATE_TOOL_PODS is true (the operator pods' labels, key=value,...)")
         return cls(**fields)
 
 
@@ -229,6 +257,7 @@ class _GatewayEnv(_Env):
     idle_timeout_seconds: int = _f("BATON_GATEWAY_IDLE_SECONDS", 300, ge=1, le=86400)
     header_timeout_seconds: int = _f("BATON_GATEWAY_HEADER_SECONDS", 10, ge=1, le=300)
     admin_key_file: str = _f("BATON_GATEWAY_ADMIN_KEY_FILE", "")
+    static_seconds: int = _f("BATON_GATEWAY_STATIC_SECONDS", 120, ge=0, le=600)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,6 +306,10 @@ class GatewaySettings:
     header_timeout_seconds: float = 10.0
     # The file holding the admin key every admin request must present (required at startup).
     admin_key_file: str = ""
+    # Fail static (docs/gateway.md, "When the API server is away"): how long past the end of its
+    # registration a replica that cannot renew keeps forwarding to runtimes in steady state (0: it
+    # stops at once, as before). Announced in its Lease, so the operator keeps asking it that long.
+    static_seconds: int = 0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "GatewaySettings":
@@ -313,4 +346,5 @@ class GatewaySettings:
             idle_timeout_seconds=float(p.idle_timeout_seconds),
             header_timeout_seconds=float(p.header_timeout_seconds),
             admin_key_file=p.admin_key_file.strip(),
+            static_seconds=p.static_seconds,
         )

@@ -314,11 +314,19 @@ HTTP_VERBS = {"GET": {"get", "list"}, "POST": {"create"}, "PATCH": {"patch"}, "P
               "DELETE": {"delete"}}
 RBAC_MODULES = ["baton.k8s.pods", "baton.k8s.leases", "baton.k8s.runtimes", "baton.k8s.services",
                 "baton.k8s.events", "baton.k8s.configrefs", "baton.k8s.claims", "baton.k8s.gateways",
-                "baton.k8s.metricslease", "baton.k8s.shardleases", "baton.k8s.labels", "baton.cache.views"]
+                "baton.k8s.metricslease", "baton.k8s.shardleases", "baton.k8s.labels", "baton.cache.views",
+                "baton.k8s.networkpolicies"]
+# Granted only with gateway.isolateToolPods (and the gateway): the tool-pod NetworkPolicies.
+ISOLATION_VALUES = {"gateway.enabled": "true", "gateway.isolateToolPods": "true"}
+
+
+def isolation_rbac() -> set[tuple[str, str, str]]:
+    return {(g, r, v) for g, r, verbs in (*importlib.import_module("baton.k8s.networkpolicies").RBAC,
+                                          *importlib.import_module("baton.cache.views").POLICY_RBAC) for v in verbs}
 
 
 def operator_api_calls() -> set[tuple[str, str, str]]:
-    needed: set[tuple[str, str, str]] = set()
+    needed: set[tuple[str, str, str]] = isolation_rbac()
     for name in RBAC_MODULES:
         module = importlib.import_module(name)
         declared = {(g, r, v) for g, r, verbs in module.RBAC for v in verbs}
@@ -335,12 +343,41 @@ def operator_api_calls() -> set[tuple[str, str, str]]:
 def test_rbac_grants_every_call_the_operator_makes() -> None:
     needed = operator_api_calls()
     assert ("", "pods", "create") in needed and ("baton.dev", "toolruntimes", "watch") in needed
-    granted = _grants(_rules(render({"rbac.readSecrets": "always"}), "ClusterRole"))
+    granted = _grants(_rules(render({"rbac.readSecrets": "always", **ISOLATION_VALUES}), "ClusterRole"))
     assert ("", "pods", "get") in needed and ("", "services", "watch") in needed
     missing = needed - granted
     assert not missing, f"the operator calls these, the chart does not grant them: {sorted(missing)}"
     unused = {g for g in granted - needed if g[1] != "toolruntimes/finalizers"}
     assert not unused, f"granted but never called by the operator (least privilege): {sorted(unused)}"
+
+
+@pytest.mark.parametrize("namespaced", [False, True])
+def test_tool_pod_isolation_is_granted_and_configured_only_when_on(namespaced: bool) -> None:
+    """gateway.isolateToolPods: the networkpolicies rule (exactly what the code declares) in the
+    operator's ClusterRole (or each Role), and BATON_ISOLATE_TOOL_PODS with the operator pods'
+    selector labels; off by default, and off without the gateway whatever the value says."""
+    files = [CHART / "ci" / "namespaced-values.yaml"] if namespaced else []
+    kind = "Role" if namespaced else "ClusterRole"
+    for values in ({}, {"gateway.enabled": "true"}, {"gateway.isolateToolPods": "true"}):
+        objs = render(values, files=files)
+        assert not [g for g in _grants(_rules(objs, kind)) if g[1] == "networkpolicies"], values
+        [operator] = [o for o in by_kind(objs, "Deployment") if not _is_gateway(o)]
+        assert not {"BATON_ISOLATE_TOOL_PODS", "BATON_OPERATOR_POD_LABELS"} & set(container_env(operator)), values
+    objs = render(ISOLATION_VALUES, files=files)
+    roles = [o for o in by_kind(objs, kind) if not _is_gateway(o) and not o["metadata"]["name"].endswith("-gateways")]
+    assert roles
+    for role in roles:
+        assert {g for g in _grants(role["rules"]) if g[1] == "networkpolicies"} == isolation_rbac()
+    [operator] = [o for o in by_kind(objs, "Deployment") if not _is_gateway(o)]
+    env = container_env(operator)
+    assert env["BATON_ISOLATE_TOOL_PODS"] == "true"
+    selector = operator["spec"]["selector"]["matchLabels"]
+    assert env["BATON_OPERATOR_POD_LABELS"] == ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    # What the operator parses is what selects its pods (never the gateway's).
+    parsed = importlib.import_module("baton.settings").Settings.from_env({"BATON_ISOLATE_TOOL_PODS": env["BATON_ISOLATE_TOOL_PODS"],
+                                             "BATON_OPERATOR_POD_LABELS": env["BATON_OPERATOR_POD_LABELS"]})
+    assert parsed.isolate_tool_pods and dict(parsed.operator_pod_labels) == selector
+    assert dict(parsed.operator_pod_labels) != _gateway_deployment(objs)["spec"]["selector"]["matchLabels"]
 
 
 # --- monitoring ----------------------------------------------------------------------------------
@@ -462,6 +499,7 @@ def test_gateway_deployment_is_restricted_probed_and_configured() -> None:
         "BATON_GATEWAY_ADMIN_BIND": ":8082",
         "BATON_GATEWAY_ALLOWED_CIDRS": "10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,fd00::/8",
         "BATON_GATEWAY_LEASE_SECONDS": "15",
+        "BATON_GATEWAY_STATIC_SECONDS": "120",
         "BATON_GATEWAY_HEADER_SECONDS": "10",
         # The bounds (gateway.limits; docs/gateway.md, "Bounds").
         "BATON_GATEWAY_MAX_HELD": "1000", "BATON_GATEWAY_MAX_HELD_TOTAL": "4000",

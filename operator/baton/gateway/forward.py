@@ -155,6 +155,13 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
             if held_since is not None:
                 log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since,
                           extra={"runtime": "/".join(target_key(target))})
+            coding = next((v for k, v in answer.headers if k.lower() == "transfer-encoding"), "chunked")
+            if coding.strip().lower() != "chunked":
+                # Transfer-Encoding is per hop and dropped here: a coding besides chunked (gzip)
+                # would reach the client undone and unnamed. Rare enough to refuse, never to pass on.
+                gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
+                return up.upstream_failed(request, target, d, None,
+                                          http1.UpstreamFailed(f"the transfer coding {coding!r}"))
             # Baton-Reason is the gateway's word alone: a pod's own is not passed on.
             back = [(k, v) for k, v in route.end_to_end(answer.headers) if k.lower() != REASON_HEADER_LOWER]
             sid = next((v for k, v in answer.headers if k.lower() == SESSION_HEADER_LOWER), None)

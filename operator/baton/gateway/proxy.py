@@ -19,7 +19,7 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import budget, forward, gwmetrics, refusals, route
+from baton.gateway import budget, forward, gwmetrics, refusals, registrar, route
 from baton.gateway import state as state_mod
 from baton.gateway import views as views_mod
 from baton.settings import GatewaySettings
@@ -40,9 +40,17 @@ class ClientGone(Exception):
     """The client's connection closed while its call was held."""
 
 
+def forwardable(*, held: bool, client_waiting: bool) -> bool:
+    """Whether a call the views let through is forwarded now: a held call only while its client
+    still waits (aiohttp's cancellation of the handler may land after the wake-up that found a
+    pod). A call forwarded as it arrives is not looked at again (its client was just there).
+    The model check (tests/model/sim.py, Gateway) decides held calls by this too."""
+    return client_waiting or not held
+
+
 class Proxy:
     def __init__(self, *, settings: GatewaySettings, views: views_mod.GatewayViews, state: state_mod.State,
-                 forwarding: Callable[[], bool]) -> None:
+                 forwarding: Callable[[], bool | registrar.Mode]) -> None:
         self.settings, self.views, self.state = settings, views, state
         self._forwarding = forwarding
         self.shutting_down = False
@@ -64,12 +72,19 @@ class Proxy:
 
     # --- the decision, from the views -------------------------------------------------------
     def decide(self, target: route.Target, excluded: set[str]) -> route.Decision:
-        if not self._forwarding() or self.shutting_down:
+        # `forwarding`: the registrar's mode (True/False: every runtime or none, as in tests).
+        mode = self._forwarding()
+        if mode is False or mode == registrar.Mode.HOLDING or self.shutting_down:
             return route.Hold("this replica is not registered or its views are not listed")
         runtime = self.views.runtime(target.namespace, target.runtime)
         pods = self.views.pods_of(target.namespace, target.runtime)
-        return route.decide(runtime, pods, port=target.port, sealed=self.state.sealed, excluded=excluded,
-                            allowed=self.settings.allowed)
+        d = route.decide(runtime, pods, port=target.port, sealed=self.state.sealed, excluded=excluded,
+                         allowed=self.settings.allowed)
+        if mode == registrar.Mode.STATIC:
+            # The API server is away (docs/gateway.md, "When the API server is away"): only a
+            # runtime in steady state in the last view is forwarded; seals still apply above.
+            return route.fail_static(runtime, d)
+        return d
 
     async def _refuse(self, request: web.BaseRequest, d: route.Refuse, *, target: route.Target | None,
                       body: bytes | None, ticket: budget.Ticket) -> web.Response:
@@ -171,7 +186,8 @@ class Proxy:
                 if gone is not None:
                     return await self._refuse(request, gone, target=target, body=body, ticket=ticket)
                 if isinstance(d, route.Forward):
-                    if held_since is not None and (request.transport is None or request.transport.is_closing()):
+                    waiting = request.transport is not None and not request.transport.is_closing()
+                    if not forwardable(held=held_since is not None, client_waiting=waiting):
                         raise ClientGone()  # a call nobody waits for is never run
                     outcome = "held_then_forwarded" if held_since is not None else "forwarded"
                     result = await forward.forward(self.upstreams, request, d, target=target, body=body,

@@ -8,12 +8,22 @@ call), registers again and lists its views again before forwarding again: a repl
 its Lease (SIGSTOP), which the operator may already have counted as gone, never forwards on the
 view it had before the pause. A renewal that finds the Lease changed or deleted by someone else
 does the same. `lease_id()` is the (name, uid) a seal must be addressed to (baton.gateway.admin).
+
+Fail static (docs/gateway.md, "When the API server is away"): with BATON_GATEWAY_STATIC_SECONDS
+> 0, a replica whose renewals fail does not stop at the margin but enters static mode (`mode()`
+STATIC) for that many seconds more: it forwards only to runtimes its view shows in steady state
+(baton.gateway.route.fail_static) and still answers the admin API, so the operator, which keeps
+asking it for as long (the window is announced in its Lease), can seal it. Past the window it
+stops as before. The first successful write after a lapse ends static mode at once: nothing is
+forwarded until the views are listed again (a registration may carry a new Lease uid, under
+which the operator's seals for the old one are refused as misaddressed and counted gone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import enum
 import logging
 import time
 from typing import Any, Awaitable, Callable
@@ -29,13 +39,24 @@ def margin(duration: float) -> float:
     return min(2.0, duration / 5)
 
 
+class Mode(str, enum.Enum):
+    """What the call path may forward now (read at every call)."""
+
+    FORWARDING = "Forwarding"  # registered, renewed within the margin, views listed: every runtime
+    STATIC = "Static"  # renewals failing, within the static window: runtimes in steady state only
+    HOLDING = "Holding"  # nothing (not registered, views not listed, past the window, stopping)
+
+
 class Registrar:
     def __init__(self, *, namespace: str, instance: str, admin: str, duration_seconds: int,
                  relist: Callable[[], Awaitable[bool]], on_change: Callable[[], None],
+                 static_seconds: int = 0,
                  mono: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
         self.namespace, self.instance, self.admin = namespace, instance, admin
         self.duration = duration_seconds
+        self.static_seconds = static_seconds
+        self._static_said = False
         self._relist, self._on_change = relist, on_change
         self._mono, self._wall = mono, wall
         self.lease: dict[str, Any] | None = None
@@ -54,14 +75,38 @@ class Registrar:
     def fresh(self) -> bool:
         return self.last_ok is not None and self._mono() - self.last_ok < self.duration - margin(self.duration)
 
+    def static_window(self) -> bool:
+        """Past the margin, and still within the static window after it (by this process's clock,
+        from when the last successful write was sent)."""
+        return (self.static_seconds > 0 and self.last_ok is not None
+                and self._mono() - self.last_ok < self.duration - margin(self.duration) + self.static_seconds)
+
+    def mode(self) -> Mode:
+        """What may be forwarded now. A lapse past the static window (or any lapse, without one)
+        seen here drops the views at once."""
+        if not self.views_ok or self.stopping:
+            return Mode.HOLDING
+        if self.fresh():
+            self._static_said = False
+            return Mode.FORWARDING
+        if self.static_window():
+            if not self._static_said:
+                self._static_said = True
+                log.warning("registration older than its margin (the API server is away?): static mode for at most "
+                            "%ds more: only runtimes in steady state are forwarded, the admin API still answers",
+                            self.static_seconds)
+            return Mode.STATIC
+        self.views_ok = False
+        gwmetrics.REGISTERED.set(0)
+        log.warning("registration older than its margin%s: forwarding stops until renewed and re-listed",
+                    " and its static window" if self.static_seconds else "")
+        return Mode.HOLDING
+
     def forwarding(self) -> bool:
-        """Whether new calls may be forwarded now: registered, renewed within the margin, and
-        the views listed since the last lapse. A lapse seen here drops the views at once."""
-        if self.views_ok and not self.fresh():
-            self.views_ok = False
-            gwmetrics.REGISTERED.set(0)
-            log.warning("registration older than its margin: forwarding stops until renewed and re-listed")
-        return self.views_ok and not self.stopping
+        """Whether calls may be forwarded now (every runtime, or in static mode those in steady
+        state): registered, renewed within the margin (or the static window), and the views
+        listed since the last lapse."""
+        return self.mode() is not Mode.HOLDING
 
     async def _write(self) -> bool:
         """Register or renew once; True when the API server took it."""
@@ -71,7 +116,7 @@ class Registrar:
             if self.lease is None or lapsed:
                 self.lease = await registration.register_gateway(
                     namespace=self.namespace, instance=self.instance, admin=self.admin,
-                    duration_seconds=self.duration, now=self._wall())
+                    duration_seconds=self.duration, static_seconds=self.static_seconds, now=self._wall())
             else:
                 try:
                     self.lease = await registration.renew_gateway(last=self.lease, now=self._wall())
@@ -87,7 +132,7 @@ class Registrar:
                     gwmetrics.REGISTERED.set(0)
                     self.lease = await registration.register_gateway(
                         namespace=self.namespace, instance=self.instance, admin=self.admin,
-                        duration_seconds=self.duration, now=self._wall())
+                        duration_seconds=self.duration, static_seconds=self.static_seconds, now=self._wall())
         except asyncio.CancelledError:
             raise
         except Exception as exc:

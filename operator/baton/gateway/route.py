@@ -421,7 +421,31 @@ def decide(
     return Hold("no generation serves yet")
 
 
-def admission_seconds(runtime: Mapping[str, Any] | None, default: int = 30) -> int:
+STATIC_HOLD = "this replica cannot reach the API server: it forwards only to runtimes in steady state"
+
+
+def fail_static(runtime: Mapping[str, Any] | None, decision: Decision) -> Decision:
+    """The decision of a replica in static mode (its registration lapsed: the API server is away;
+    docs/gateway.md, "When the API server is away"), from `decision` (decide() on the same view).
+    A Forward stands only if the view shows the runtime in steady state: no status.transition
+    and no spec change the operator has not yet observed (status.observedGeneration behind
+    metadata.generation: a transition is about to start). decide() already checked the rest:
+    the current pod, serving=true, Ready, not sealed, not excluded. Otherwise the call is held
+    (answered 503 Transitioning at its admissionSeconds unless the API server returns first).
+    Holds and refusals stand: neither dials anything."""
+    if not isinstance(decision, Forward) or runtime is None:
+        return decision
+    status = runtime.get("status") or {}
+    if status.get("transition"):
+        return Hold(f"{STATIC_HOLD}, and a transition is under way")
+    observed = status.get("observedGeneration")
+    generation = (runtime.get("metadata") or {}).get("generation")
+    if isinstance(observed, int) and isinstance(generation, int) and observed < generation:
+        return Hold(f"{STATIC_HOLD}, and a spec change is not yet acted on")
+    return decision
+
+
+def admission_seconds(runtime: Mapping[str, Any] | None, default: int = 60) -> int:
     value = (((runtime or {}).get("spec") or {}).get("budgets") or {}).get("admissionSeconds")
     return value if isinstance(value, int) and value > 0 else default
 

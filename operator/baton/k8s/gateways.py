@@ -13,6 +13,12 @@ replica nor keeps a dead one). A Lease seen for the first time is live (a replic
 started must be sealed). The admin calls dial only those addresses, each carrying the admin key
 and naming the Lease they are addressed to, each bounded by one short total deadline: a pass is
 never held long by a replica that does not answer.
+
+A replica whose Lease stopped changing may still forward for its static window (the annotation
+baton.dev/gateway-static-seconds; docs/gateway.md, "When the API server is away"): it is still
+listed, `lapsed`, until leaseDurationSeconds plus that window have passed since the last change
+seen, and still asked. What it answers is classified here (AdminGone: nothing listens at its
+address, or another process does) and judged in baton.sealing.
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ MAX_ADMIN_RESPONSE_BYTES = 4096
 # waiting for a free connection waits within its own deadline.
 ADMIN_CONNECTIONS = 128
 ADMIN_CONNECTIONS_PER_REPLICA = 16
+# A static window announced in a Lease is believed up to this (a bad annotation cannot keep a
+# dead replica asked for long; BATON_GATEWAY_STATIC_SECONDS allows 600).
+MAX_STATIC_SECONDS = 3600
 _session: aiohttp.ClientSession | None = None
 _session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -60,6 +69,9 @@ class Replica:
     name: str
     admin: str  # host:port
     uid: str = ""
+    # Its Lease stopped changing for a whole duration, but its static window has not passed: it
+    # may still forward to runtimes in steady state (and still answers its admin API).
+    lapsed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,11 +87,28 @@ class AdminError(Exception):
     """An admin call that did not give a usable answer (unreachable, timed out, not 200, not JSON)."""
 
 
+class AdminGone(AdminError):
+    """The answer says the replica addressed is not there: the connection was refused (nothing
+    listens at its address: its process is dead) or the call was refused as misaddressed (409:
+    another process, under another Lease, listens there). Only a lapsed replica is judged gone by
+    it (baton.sealing); a live one's is a failure like any other."""
+
+
+def static_seconds(lease: dict[str, Any]) -> int:
+    """The static window a Lease announces (its annotation, a decimal integer), 0 when none or
+    malformed (a gateway without static mode), at most MAX_STATIC_SECONDS."""
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(names.ANN_GATEWAY_STATIC)
+    if not isinstance(text, str) or not text.isdigit():
+        return 0
+    return min(int(text), MAX_STATIC_SECONDS)
+
+
 def live_replicas(leases: list[dict[str, Any]], *, sightings: ranges.Sightings, now: float) -> list[Replica]:
     """The replicas whose Lease is live at `now` (this process's monotonic clock), recording this
     listing in `sightings` (pure but for that record: the listing's interpretation). Live: seen
     changed (uid or resourceVersion) less than leaseDurationSeconds ago, or seen for the first
-    time now. Leases no longer listed are forgotten."""
+    time now; `lapsed` when unchanged for longer but less than leaseDurationSeconds plus the
+    static window its Lease announces. Leases no longer listed are forgotten."""
     out: list[Replica] = []
     for lease in leases:
         meta = lease.get("metadata") or {}
@@ -90,8 +119,8 @@ def live_replicas(leases: list[dict[str, Any]], *, sightings: ranges.Sightings, 
         if not admin or not name or not uid or not version or not isinstance(duration, int) or isinstance(duration, bool):
             continue
         unchanged_for = sightings.observe(name=str(name), version=f"{uid}/{version}", now=now)
-        if unchanged_for < duration:
-            out.append(Replica(name=str(name), admin=str(admin), uid=str(uid)))
+        if unchanged_for < duration + static_seconds(lease):
+            out.append(Replica(name=str(name), admin=str(admin), uid=str(uid), lapsed=unchanged_for >= duration))
     sightings.forget_except(str((lz.get("metadata") or {}).get("name")) for lz in leases)
     return sorted(out, key=lambda r: r.name)
 
@@ -140,10 +169,16 @@ async def _call(method: str, url: str, *, body: dict[str, Any] | None = None, ke
         async with _admin_session().request(method, url, json=body, headers=headers, allow_redirects=False,
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             raw = await resp.content.read(MAX_ADMIN_RESPONSE_BYTES + 1)
+            if resp.status == 409:
+                raise AdminGone(f"{method} {url}: {resp.status}{_why(raw)}")
             if resp.status != 200:
                 raise AdminError(f"{method} {url}: {resp.status}{_why(raw)}")
     except AdminError:
         raise
+    except aiohttp.ClientConnectorError as exc:
+        # Refused: nothing listens there (a timeout or an unreachable host says nothing of the kind).
+        kind = AdminGone if isinstance(exc.os_error, ConnectionRefusedError) else AdminError
+        raise kind(f"{method} {url}: {type(exc).__name__} {exc}".strip()) from exc
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise AdminError(f"{method} {url}: {type(exc).__name__} {exc}".strip()) from exc
     if len(raw) > MAX_ADMIN_RESPONSE_BYTES:

@@ -4,7 +4,9 @@ delete it on a clean exit. Through the Lease connection pool (``client.leases()`
 queues ahead of a renewal.
 
 The Lease is labelled baton.dev/component=gateway (never baton.dev/runtime: the operator's
-runtime views do not see it) and annotated with the replica's admin address.
+runtime views do not see it) and annotated with the replica's admin address and its static window
+(ANN_GATEWAY_STATIC: how long past its registration it may still forward when it cannot renew;
+docs/gateway.md, "When the API server is away").
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ def _spec(*, instance: str, duration_seconds: int, now: datetime.datetime) -> di
     return {"holderIdentity": instance, "leaseDurationSeconds": duration_seconds, "acquireTime": stamp, "renewTime": stamp}
 
 
-def _manifest(*, namespace: str, instance: str, admin: str, duration_seconds: int,
+def _manifest(*, namespace: str, instance: str, admin: str, duration_seconds: int, static_seconds: int,
               now: datetime.datetime) -> dict[str, Any]:
     return {
         "apiVersion": "coordination.k8s.io/v1",
@@ -37,17 +39,18 @@ def _manifest(*, namespace: str, instance: str, admin: str, duration_seconds: in
             "name": names.gateway_lease_name(instance),
             "namespace": namespace,
             "labels": {names.LABEL_COMPONENT: names.COMPONENT_GATEWAY},
-            "annotations": {names.ANN_GATEWAY_ADMIN: admin},
+            "annotations": {names.ANN_GATEWAY_ADMIN: admin, names.ANN_GATEWAY_STATIC: str(static_seconds)},
         },
         "spec": _spec(instance=instance, duration_seconds=duration_seconds, now=now),
     }
 
 
 async def register_gateway(*, namespace: str, instance: str, admin: str, duration_seconds: int,
-                           now: datetime.datetime) -> dict[str, Any]:
+                           now: datetime.datetime, static_seconds: int = 0) -> dict[str, Any]:
     """Write this replica's Lease (renewTime `now`): create it, or replace the one of that name
     (a previous process of the same instance id). Returns what the API server stored."""
-    body = _manifest(namespace=namespace, instance=instance, admin=admin, duration_seconds=duration_seconds, now=now)
+    body = _manifest(namespace=namespace, instance=instance, admin=admin, duration_seconds=duration_seconds,
+                     static_seconds=static_seconds, now=now)
     try:
         created: dict[str, Any] = await client.leases().request("POST", _path(namespace), body=body)
         return created

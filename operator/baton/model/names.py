@@ -45,6 +45,10 @@ ANN_FORCE_RETIRE = "baton.dev/force-retire"
 LABEL_COMPONENT = "baton.dev/component"
 COMPONENT_GATEWAY = "gateway"
 ANN_GATEWAY_ADMIN = "baton.dev/gateway-admin"
+# Seconds (a decimal integer) a gateway replica may keep forwarding to runtimes in steady state past
+# the end of its Lease when it cannot renew (BATON_GATEWAY_STATIC_SECONDS; docs/gateway.md, "When
+# the API server is away"). The operator keeps asking such a replica that long (baton.k8s.gateways).
+ANN_GATEWAY_STATIC = "baton.dev/gateway-static-seconds"
 # The operator replica that exports the per-runtime metrics holds a Lease in the system namespace
 # labelled LABEL_COMPONENT=COMPONENT_METRICS (metrics_lease_name).
 COMPONENT_METRICS = "runtime-metrics"
@@ -114,6 +118,12 @@ def gateway_slice_name(runtime: str) -> str:
     """The EndpointSlice Baton keeps for a runtime routed through the gateway. The dot keeps it
     apart from the EndpointSlice controller's names (<service>-<random>)."""
     return f"{runtime}.baton-gateway"
+
+
+def tool_pod_policy_name(runtime: str) -> str:
+    """The NetworkPolicy that admits only the gateway (and the operator) to a gateway-routed
+    runtime's pods (BATON_ISOLATE_TOOL_PODS). The dot keeps it apart from names people give."""
+    return f"{runtime}.baton-gateway-only"
 
 
 def gateway_lease_name(instance: str) -> str:

@@ -456,3 +456,75 @@ def test_what_reaches_the_pod_is_what_the_gateway_vouches_for() -> None:
             await px.close()
             await runner.cleanup()
     run(go)
+
+
+def test_an_answer_with_a_transfer_coding_besides_chunked_is_refused_not_passed_on_undone() -> None:
+    """Review item 16: `Transfer-Encoding: gzip, chunked` was de-chunked and the gzip dropped."""
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+
+        async def pod_server(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.readuntil(b"\r\n\r\n")
+            await reader.readexactly(2)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nxxxxx\r\n0\r\n\r\n")
+            await writer.drain()
+            writer.close()
+        server = await asyncio.start_server(pod_server, "127.0.0.1", 0)
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", server.sockets[0].getsockname()[1]))
+        px, gw, port = await gateway(vw, st)
+        try:
+            status, headers, _, _ = await post(port, b"{}")
+            assert status == 502 and headers["Baton-Reason"] == "UpstreamError"
+        finally:
+            await gw.cleanup()
+            await px.close()
+            server.close()
+    run(go)
+
+
+def test_a_bad_websocket_handshake_reaches_no_pod() -> None:
+    """Review item 12: the pod's WebSocket was opened (with the gateway's own key) before the
+    client's handshake was checked, and leaked when that check failed."""
+    async def go() -> None:
+        st = state.State()
+        vw = views.GatewayViews(namespaces=(NS,), state=st)
+        upgrades: list[str] = []
+
+        async def pod_handler(request: web.Request) -> web.StreamResponse:
+            upgrades.append(request.method)
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            async for _ in ws:
+                pass
+            return ws
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", pod_handler)
+        runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        vw.runtimes.apply(runtime(gen=1, uid="u1"))
+        vw.pods.apply(pod("u1", runner.addresses[0][1]))
+        px, gw, port = await gateway(vw, st)
+        try:
+            for head in (f"GET /ws HTTP/1.1\r\nHost: tool.{NS}\r\nUpgrade: websocket\r\n\r\n",
+                         f"POST /ws HTTP/1.1\r\nHost: tool.{NS}\r\nUpgrade: websocket\r\nConnection: upgrade\r\n"
+                         "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nContent-Length: 0\r\n\r\n"):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(head.encode())
+                answer = await asyncio.wait_for(reader.read(65536), 5)
+                writer.close()
+                assert answer.startswith(b"HTTP/1.1 400") and b"Baton-Reason: BadRequest" in answer, answer
+            assert upgrades == [] and st.total_inflight() == 0
+            # A good handshake still goes through.
+            async with aiohttp.ClientSession() as s:
+                ws = await s.ws_connect(f"http://127.0.0.1:{port}/ws", headers={"Host": f"tool.{NS}"})
+                await ws.close()
+            assert upgrades == ["GET"]
+        finally:
+            await gw.cleanup()
+            await px.close()
+            await runner.cleanup()
+    run(go)
