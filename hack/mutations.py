@@ -40,6 +40,8 @@ class Mutation:
     edits: tuple[tuple[str, str], ...]  # (exact old text, new text): each old text occurs once
     # Edits of one bug that lands in further files: (path, exact old text, new text).
     elsewhere: tuple[tuple[str, str, str], ...] = ()
+    # Unit test files run for this mutation besides UNIT (the tests of the code it mutates).
+    unit: tuple[str, ...] = ()
 
     def files(self) -> dict[str, list[tuple[str, str]]]:
         """Each file this mutation edits, with its edits in order."""
@@ -183,6 +185,19 @@ MUTATIONS = [
         (("    if not action.serving and action.pins_of is not None:\n",
           "    if False and not action.serving and action.pins_of is not None:\n"),),
     ),
+    Mutation(
+        "forward-abandoned-call", "a held call is forwarded although its client left (the gateway's hold loop)",
+        "operator/baton/gateway/proxy.py",
+        (("    return client_waiting or not held\n", "    return True\n"),),
+        unit=("tests/unit/gateway/test_hostile.py",),
+    ),
+    Mutation(
+        "seal-without-key", "the gateway's admin API accepts any bearer key (a seal from anyone)",
+        "operator/baton/gateway/admin.py",
+        (("    return scheme.lower() == \"bearer\" and hmac.compare_digest(given.strip().encode(), key)\n",
+          "    return scheme.lower() == \"bearer\"\n"),),
+        unit=("tests/unit/gateway/test_admin.py",),
+    ),
 ]
 
 
@@ -262,7 +277,7 @@ def main(argv: list[str]) -> int:
         originals = apply(m)
         t0 = time.monotonic()
         try:
-            rc_u, out_u = run([PY, "-m", "pytest", *UNIT, "-q", "-x", "-p", "no:cacheprovider"])
+            rc_u, out_u = run([PY, "-m", "pytest", *UNIT, *m.unit, "-q", "-x", "-p", "no:cacheprovider"])
             try:
                 rc_m, out_m = run([PY, "-m", "pytest", *MODEL, "-q", "-x", "-p", "no:cacheprovider"], env, timeout=600)
             except subprocess.TimeoutExpired:
@@ -276,7 +291,7 @@ def main(argv: list[str]) -> int:
     if subprocess.run(["git", "diff", "--quiet", "--", "operator"], cwd=ROOT).returncode:
         raise SystemExit("operator/ differs from HEAD after restoring: inspect `git diff operator`")
     print(f"\nmodel budget per mutation: MODEL_EXAMPLES={env['MODEL_EXAMPLES']} MODEL_STEPS={env['MODEL_STEPS']} "
-          f"(derandomized); unit: {' '.join(UNIT)}\n")
+          f"(derandomized); unit: {' '.join(UNIT)} (and each mutation's own)\n")
     w = max(len(r[0]) for r in rows)
     print(f"| {'mutation':<{w}} | unit tests | model check | time |")
     print(f"|{'-' * (w + 2)}|---|---|---|")

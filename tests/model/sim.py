@@ -13,8 +13,10 @@ and finalizers, a kubelet, watches that can lag, requests held back and delivere
 drain probe's answer (``ToolProber``, run by the real ``baton.probing.Probes``: it answers
 once the pass that started it is done, and its wake-up makes the replica pass again); the gateway
 replicas (``Gateway``: the forwarding rule of docs/architecture.md "Sealed admission", modelled,
-not the gateway's code), reached by the pass through ``SimGateways`` at baton.sealing's adapter
-boundary. Time is simulated (``Clock``, injected into the pass); nothing sleeps.
+not the gateway's code, but for two real decisions: a held call is forwarded only by
+``baton.gateway.proxy.forwardable``, an admin request is admitted only by
+``baton.gateway.admin.authorized``), reached by the pass through ``SimGateways`` at baton.sealing's
+adapter boundary. Time is simulated (``Clock``, injected into the pass); nothing sleeps.
 
 The server also checks the invariants that are about what it accepts (``Server.violations``):
 it knows which replica sent each request and whether that replica held the Lease.
@@ -36,6 +38,9 @@ from baton import faults as faults_mod
 from baton.cache import informer
 from baton.cache import snapshot
 from baton.cache import views
+from baton.gateway import admin as gw_admin
+from baton.gateway import proxy as gw_proxy
+from baton.gateway import route as gw_route
 from baton.k8s import api, client
 from baton.k8s import gateways as gw
 from baton.lifecycle import plan
@@ -66,6 +71,9 @@ PINNING_STATES = ("CommitEligible", "Committed")
 # their expiry at which a replica stops forwarding (2 s, or duration/5 if smaller).
 GATEWAY_LEASE_SECONDS = 5
 GATEWAY_MARGIN_SECONDS = min(2.0, GATEWAY_LEASE_SECONDS / 5)
+# The gateway admin key (BATON_GATEWAY_ADMIN_KEY_FILE's content), shared by the operator replicas
+# and the gateway replicas; a foreign actor does not have it.
+ADMIN_KEY = b"model-admin-key-0123456789abcdefghijklmnopqrstuv"
 STUCK_FINALIZER = "example.com/stuck"
 # Slack on top of a step's budget before the budget check fails: a Lease handover (a dead
 # holder is replaced once the others saw its Lease unchanged for its duration, plus the lock
@@ -176,6 +184,14 @@ class Server:
         self.ghost_gateways: dict[str, float] = {}  # instance -> its Lease's last renew (sim time)
         self.sealed_at: dict[str, float] = {}
         self.forwarded: list[tuple[str, str, float]] = []
+        # Calls, numbered across the gateway replicas: held calls forwarded once a pod took them,
+        # held calls dropped because their client had left (proxy's ClientGone), and the seals
+        # posted without the admin key that a replica refused (401).
+        self.call_seq = 0
+        self.held_forwarded: list[int] = []
+        self.cancelled: list[int] = []
+        self.foreign_seals_refused = 0
+        self.admin_key = ADMIN_KEY
 
     # --- objects ----------------------------------------------------------------------------
 
@@ -260,6 +276,22 @@ class Server:
         if self._status_cache is None or self._status_cache[0] != rv:
             self._status_cache = (rv, status_mod.ToolRuntimeStatus.model_validate(raw))
         return self._status_cache[1]
+
+    def steady_pod(self) -> str | None:
+        """The pod uid the runtime serves from in steady state (routed through the gateway, no
+        transition, not deleting or suspended; its status.current pod labelled serving=true,
+        Running, Ready, not deleting), else None."""
+        rt, s = self.runtime(), self.status()
+        if (rt is None or s is None or s.transition is not None or s.current is None or not _gateway_on(rt)
+                or rt["metadata"].get("deletionTimestamp") or rt["spec"].get("suspend")):
+            return None
+        pod = next((p for p in self.pods() if p["metadata"]["uid"] == s.current.uid), None)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return None
+        st = pod.get("status") or {}
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or [])
+        serving = (pod["metadata"].get("labels") or {}).get(names.LABEL_SERVING) == "true"
+        return s.current.uid if serving and ready and st.get("phase") == "Running" else None
 
     def violation(self, text: str) -> None:
         self.violations.append(f"t={self.clock.t:.1f} {text}")
@@ -688,6 +720,16 @@ def _gateway_on(rt: dict[str, Any] | None) -> bool:
     return rt is not None and bool(((rt.get("spec") or {}).get("service") or {}).get("gateway"))
 
 
+@dataclasses.dataclass
+class Call:
+    """One client's call at a gateway replica, held while no pod may take it."""
+
+    id: int
+    arrived: float  # sim time
+    leaves_at: float | None = None  # when its client gives up waiting (None: it waits for the answer)
+    client_left: bool = False  # its client closed the connection
+
+
 class Gateway:
     """One gateway replica, modelled: its registration Lease (renewed each simulated second while
     it runs), its own view of the runtime and its pods (listed at start, then fed from the watch
@@ -695,11 +737,25 @@ class Gateway:
     (docs/architecture.md, "Sealed admission"): a new call goes to pod P only if the runtime routes
     through the gateway, P is the runtime's status.current, labelled serving=true, Running and
     Ready, not deleting, not sealed here, and the replica's last renew is fresher than its Lease
-    duration minus the margin (else it re-registers and lists again before forwarding anything)."""
+    duration minus the margin (else it re-registers and lists again before forwarding anything).
+
+    A call no pod may take is held (the runtime routed here, not deleting, not suspended) for the
+    runtime's admissionSeconds, and looked at again each second (the wake-up of a view change):
+    forwarded once a pod may take it, if the real ``proxy.forwardable`` says so (its client may
+    have left meanwhile: the model does not count on aiohttp's cancellation landing first). Its
+    admin API admits a request only if the real ``admin.authorized`` accepts its credential.
+
+    Invariants judged here: no call forwarded to a pod after its StoppingAdmission completed; no
+    held call forwarded after its client left; a call that finds the runtime in steady state (no
+    transition, its current pod serving, Running and Ready, this replica's view up to date) is
+    forwarded, not held (what a seal posted without the admin key must not change)."""
 
     def __init__(self, name: str, server: Server, clock: Clock) -> None:
         self.name, self.server, self.clock = name, server, clock
         self.seq = 0
+        # How long the clients of calls held here wait before they leave (None: as long as it
+        # takes); the clients', not the process's, so a restart keeps it.
+        self.patience: float | None = None
         server.gateways.append(self)
         self.start()
 
@@ -709,14 +765,17 @@ class Gateway:
         self.instance = f"{self.name}-{self.seq}"
         self.alive, self.paused, self.lagging = True, False, False
         self.sealed: set[str] = set()
+        self.held_calls: list[Call] = []
         self.renewed = self.clock.t
         self.relist()
 
     def crash(self) -> None:
-        """SIGKILL: the Lease stays until it expires; nobody answers at its admin address."""
+        """SIGKILL: the Lease stays until it expires; nobody answers at its admin address. The
+        calls it held die with it (their clients see the connection reset)."""
         if self.alive:
             self.server.ghost_gateways[self.instance] = self.renewed
             self.alive = False
+            self.held_calls = []
 
     def relist(self) -> None:
         self.pods = {n: o for (k, n), o in self.server.objs.items() if k == "Pod"}
@@ -751,6 +810,7 @@ class Gateway:
             self.renewed = self.clock.t  # renewed well within duration/3 (each simulated second)
         if not self.lagging:
             self.catch_up()
+        self.release_held()
 
     def target(self) -> str | None:
         rt = self.runtime
@@ -766,41 +826,106 @@ class Gateway:
                 return str(meta["uid"])
         return None
 
-    def call(self) -> None:
-        """A new call arrives at this replica."""
-        if not self.running():
-            return
+    def _fresh_view(self) -> None:
         if not self.fresh():
             # Its Lease may have expired unseen: register again, list again, then forward.
             self.renewed = self.clock.t
             self.relist()
+
+    def holds(self) -> bool:
+        """A call no pod may take now is held (route.decide's Hold), not refused."""
+        rt = self.runtime
+        return (_gateway_on(rt) and rt is not None and not rt["metadata"].get("deletionTimestamp")
+                and not (rt.get("spec") or {}).get("suspend"))
+
+    def call(self) -> None:
+        """A new call arrives at this replica."""
+        if not self.running():
+            return
+        self._fresh_view()
+        self.server.call_seq += 1
+        c = Call(self.server.call_seq, self.clock.t)
+        if self._forward(c, held=False):
+            return
+        self._judge_steady()
+        if self.holds():
+            c.leaves_at = None if self.patience is None else self.clock.t + self.patience
+            self.held_calls.append(c)
+
+    def release_held(self) -> None:
+        """The held calls looked at again: forwarded once a pod may take them, refused (503
+        Transitioning) past admissionSeconds."""
+        if not self.running() or not self.held_calls:
+            return
+        self._fresh_view()
+        admission = gw_route.admission_seconds(self.runtime)
+        for c in list(self.held_calls):
+            if c.leaves_at is not None and self.clock.t >= c.leaves_at:
+                c.client_left = True
+            if self.clock.t - c.arrived >= admission or self._forward(c, held=True):
+                self.held_calls.remove(c)
+
+    def client_leaves(self, i: int) -> None:
+        """The client of held call `i` closes its connection."""
+        self.held_calls[i].client_left = True
+
+    def _forward(self, c: Call, *, held: bool) -> bool:
+        """Forward `c` if a pod may take it: True when done with it (forwarded, or dropped by
+        the real decision because its client left), False when it waits."""
         uid = self.target()
         if uid is None:
-            return  # held or refused: not forwarded
+            return False
+        if not gw_proxy.forwardable(held=held, client_waiting=not c.client_left):
+            self.server.cancelled.append(c.id)  # ClientGone: counted cancelled, never sent
+            return True
         self.server.forwarded.append((self.instance, uid, self.clock.t))
+        if held:
+            self.server.held_forwarded.append(c.id)
+        if c.client_left:
+            self.server.violation(f"gateway {self.instance} forwarded held call {c.id} (held since "
+                                  f"t={c.arrived:.0f}) to pod uid {uid} after its client left")
         # A pod already gone (deleted by someone else, its retire then recorded at once) is not a
         # breach of the seal: such a call finds nobody at that address (a view that lags).
         if uid in self.server.sealed_at and uid not in self.server.gone_uids:
             self.server.violation(f"gateway {self.instance} forwarded a call to pod uid {uid} after its "
                                   f"StoppingAdmission completed (t={self.server.sealed_at[uid]:.0f})")
+        return True
 
-    def seal(self, uid: str) -> int:
+    def _judge_steady(self) -> None:
+        """A call not forwarded although the runtime is in steady state, as the API server has it
+        and this replica's view shows it (listed up to the last event): a breach."""
+        if self.cursor != len(self.server.events):
+            return
+        uid = self.server.steady_pod()
+        if uid is not None:
+            why = "it sealed that pod" if uid in self.sealed else "its rule found no pod"
+            self.server.violation(f"gateway {self.instance} did not forward a call to the runtime in steady "
+                                  f"state (pod uid {uid} serving): {why}")
+
+    def _admit(self, authorization: str | None) -> None:
+        """The admin API's gate: reachable, and the admin key presented (else 401)."""
         if not self.running():
             raise gw.AdminError(f"{self.instance}: unreachable")
+        if not gw_admin.authorized(authorization, key=self.server.admin_key):
+            raise gw.AdminError(f"{self.instance}: 401 (unauthorized: present the gateway admin key as a bearer token)")
+
+    def seal(self, uid: str, *, authorization: str | None) -> int:
+        self._admit(authorization)
         self.sealed.add(uid)
         return 0
 
-    def inflight(self, uid: str) -> int:
-        if not self.running():
-            raise gw.AdminError(f"{self.instance}: unreachable")
+    def inflight(self, uid: str, *, authorization: str | None) -> int:
+        self._admit(authorization)
         return 0
 
 
 class SimGateways:
-    """baton.sealing's Gateways, answered by the modelled replicas (and crashed ones' Leases)."""
+    """baton.sealing's Gateways, answered by the modelled replicas (and crashed ones' Leases).
+    Each admin call carries the admin key as baton.k8s.gateways sends it (a bearer token)."""
 
     def __init__(self, server: Server) -> None:
         self.server = server
+        self.authorization = "Bearer " + server.admin_key.decode("ascii")
 
     def _by_instance(self, instance: str) -> Gateway | None:
         return next((g for g in self.server.gateways if g.instance == instance and g.alive), None)
@@ -816,13 +941,13 @@ class SimGateways:
         g = self._by_instance(replica.name)
         if g is None:
             raise gw.AdminError(f"{replica.name}: unreachable")
-        return gw.Counts(inflight=g.seal(uid))
+        return gw.Counts(inflight=g.seal(uid, authorization=self.authorization))
 
     async def inflight(self, replica: gw.Replica, *, uid: str, namespace: str, runtime: str) -> gw.Counts:
         g = self._by_instance(replica.name)
         if g is None:
             raise gw.AdminError(f"{replica.name}: unreachable")
-        return gw.Counts(inflight=g.inflight(uid))
+        return gw.Counts(inflight=g.inflight(uid, authorization=self.authorization))
 
 
 class FakeApi:

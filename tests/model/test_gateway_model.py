@@ -4,11 +4,21 @@ gateway replicas as actors (tests/model/sim.py, `Gateway`: the contract's forwar
 modelled): each simulated second every running replica renews its Lease, follows the watch
 (unless its view lags) and gets a new call; rules crash one (its Lease stays until it expires,
 unanswered), start it again (a new instance: registers, then lists), pause it (SIGSTOP) for less
-or more than its Lease, make its view lag, and send one more call between two passes.
+or more than its Lease, make its view lag, and send one more call between two passes. Issue 41
+adds two actors: a client whose call is held (during a transition) leaves before a pod takes it,
+and someone without the admin key posts a seal of the serving pod to a replica's admin address.
+Two decisions of the gateway's real code are used by the modelled replicas: whether a held call
+is forwarded (baton.gateway.proxy.forwardable) and whether an admin request carries the admin key
+(baton.gateway.admin.authorized); the operator's own seals carry the key (sim.SimGateways).
 
-Invariant (judged at every forwarded call, sim.Gateway.call): no call is forwarded to a pod after
-its StoppingAdmission completed (left without DrainIncomplete, i.e. with the seal confirmed by
-every live replica). Mutation `seal-without-confirmation` (hack/mutations.py) is caught here.
+Invariants (judged at each call in sim.Gateway):
+- no call is forwarded to a pod after its StoppingAdmission completed (left without
+  DrainIncomplete, i.e. with the seal confirmed by every live replica);
+- no held call is forwarded after its client left;
+- a call that finds the runtime in steady state (no transition, its current pod serving, the
+  replica's view up to date) is forwarded: a seal without the key changed nothing.
+Mutations (hack/mutations.py) caught here: `seal-without-confirmation`, `forward-abandoned-call`,
+`seal-without-key`.
 
 Budget: MODEL_GATEWAY_EXAMPLES (default half of MODEL_EXAMPLES), MODEL_STEPS, MODEL_SEED.
 """
@@ -21,7 +31,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as hs
-from hypothesis.stateful import rule
+from hypothesis.stateful import initialize, precondition, rule
+
+from baton.gateway import admin as gw_admin
+from baton.gateway import proxy as gw_proxy
+from baton.k8s import gateways as gw
 
 from . import sim
 from .test_model import EXAMPLES, SEED, STEPS, BatonModel
@@ -31,12 +45,18 @@ pytestmark = [pytest.mark.model]
 GATEWAY_EXAMPLES = int(os.environ.get("MODEL_GATEWAY_EXAMPLES", str(max(10, EXAMPLES // 2))))
 GATEWAYS = ("gw-a", "gw-b")
 gateway_ix = hs.integers(0, len(GATEWAYS) - 1)
+patience_s = hs.sampled_from([None, 0, 1, 2])
+# What someone without the admin key presents: nothing, a wrong bearer key, the key under another
+# scheme.
+CREDENTIALS = ("none", "wrong-key", "other-scheme")
+credential_s = hs.sampled_from(CREDENTIALS)
 
 
 class GatewayModel(BatonModel):
     def __init__(self) -> None:
         super().__init__()
         self.gateways = [sim.Gateway(name, self.server, self.clock) for name in GATEWAYS]
+        self.intruder: str | None = None  # the credential of a foreign actor sealing each second
 
     def spec(self) -> dict[str, Any]:
         spec = sim.base_spec()
@@ -46,7 +66,23 @@ class GatewayModel(BatonModel):
     def each_second(self) -> None:
         for g in self.gateways:
             g.tick()
+            if self.intruder is not None:
+                self.foreign_seal_of_serving_pod(g, self.intruder)
             g.call()
+
+    def foreign_seal_of_serving_pod(self, gate: sim.Gateway, credential: str) -> None:
+        """Someone without the admin key posts a seal of the serving pod (status.current) to
+        `gate`'s admin address: refused (401), it must change nothing (judged at the next call:
+        sim.Gateway, a call in steady state is forwarded)."""
+        s = self.server.status()
+        if s is None or s.current is None:
+            return
+        key = self.server.admin_key.decode("ascii")
+        authorization = {"none": None, "wrong-key": "Bearer " + "x" * len(key), "other-scheme": "Basic " + key}[credential]
+        try:
+            gate.seal(s.current.uid, authorization=authorization)
+        except gw.AdminError:
+            self.server.foreign_seals_refused += int(gate.running())
 
     @rule(g=gateway_ix, lag=hs.booleans())
     def gateway_view_lags(self, g: int, lag: bool) -> None:
@@ -57,6 +93,42 @@ class GatewayModel(BatonModel):
     def gateway_call(self, g: int) -> None:
         """One more call, between two passes of the operator replicas."""
         self._t("gw-call", g)
+        self.gateways[g].call()
+
+    @initialize(patience=patience_s, intruder=hs.none() | credential_s)
+    def gateway_actors(self, patience: int | None, intruder: str | None) -> None:
+        """Each example's clients' patience, and its intruder: none, or someone without the admin
+        key who posts a seal of the serving pod to every replica each second (the rules below
+        change the first and add single posts)."""
+        self.clients_patience(patience)
+        self._t("gw-intruder", intruder)
+        self.intruder = intruder
+
+    @rule(patience=patience_s)
+    def clients_patience(self, patience: int | None) -> None:
+        """The clients of calls held from now on leave after `patience` seconds held (None: they
+        wait for the answer). A transition's hold lasts a few seconds, mostly within one rule:
+        this is how clients leave while it is under way; drawn for each example, changed by a
+        rule."""
+        self._t("gw-patience", patience)
+        for g in self.gateways:
+            g.patience = patience
+
+    @precondition(lambda self: any(g.held_calls for g in self.gateways))
+    @rule(data=hs.data())
+    def held_client_leaves(self, data: hs.DataObject) -> None:
+        """The client of a held call closes its connection before a pod takes the call."""
+        g = data.draw(hs.sampled_from([i for i, gate in enumerate(self.gateways) if gate.held_calls]))
+        i = data.draw(hs.integers(0, len(self.gateways[g].held_calls) - 1))
+        self._t("gw-client-leaves", g, i)
+        self.gateways[g].client_leaves(i)
+
+    @rule(g=gateway_ix, credential=credential_s)
+    def foreign_seal(self, g: int, credential: str) -> None:
+        """One post of a seal of the serving pod without the admin key, between two passes; then
+        a call to that replica."""
+        self._t("gw-foreign-seal", g, credential)
+        self.foreign_seal_of_serving_pod(self.gateways[g], credential)
         self.gateways[g].call()
 
     @rule(g=gateway_ix)
@@ -127,5 +199,77 @@ def test_the_model_forwards_calls_and_seals_across_handoffs() -> None:
         [old] = first
         assert old in lagging.sealed and lagging.pods and lagging.cursor < len(m.server.events)
         assert not m.server.violations, m.server.violations
+    finally:
+        m.undo()
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["real-decision", "decision-forwards-abandoned-calls"])
+def test_a_held_call_whose_client_left_is_never_forwarded(real: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41. During a handoff the clients of one replica leave as soon as their calls are
+    held, the other's wait: by the real decision (proxy.forwardable) the first are dropped once a
+    pod may take them and the others forwarded to it. The model can fail: with a decision that
+    forwards every call (what mutation forward-abandoned-call does) it records the breach."""
+    if not real:
+        monkeypatch.setattr(gw_proxy, "forwardable", lambda *, held, client_waiting: True)
+    m = GatewayModel()
+    try:
+        m.start()
+        m.run_for(10)
+        m.gateways[0].patience = 0
+        m.template_changes()
+        m.run_for(30)
+        srv = m.server
+        assert srv.held_forwarded, "the patient clients' held calls were forwarded to the next generation"
+        if real:
+            assert srv.cancelled, "the calls whose clients left were dropped"
+            assert not srv.violations, srv.violations
+        else:
+            assert not srv.cancelled
+            assert any("after its client left" in v for v in srv.violations), srv.violations
+    finally:
+        m.undo()
+
+
+@pytest.mark.parametrize("credential", CREDENTIALS)
+def test_a_seal_without_the_admin_key_changes_nothing(credential: str) -> None:
+    """Issue 41. Someone without the admin key posts a seal of the serving pod to both replicas
+    each second: every post is refused, every call is still forwarded to that pod, and the
+    operator's own seals (with the key, through baton.sealing) still confirm a handoff."""
+    m = GatewayModel()
+    try:
+        m.start()
+        m.run_for(10)
+        srv = m.server
+        s = srv.status()
+        assert s is not None and s.current is not None
+        serving = s.current.uid
+        before = len(srv.forwarded)
+        m.intruder = credential
+        m.run_for(10)
+        assert srv.foreign_seals_refused == 10 * len(GATEWAYS)
+        assert all(serving not in g.sealed for g in m.gateways)
+        assert [uid for _, uid, _ in srv.forwarded[before:]] == [serving] * (10 * len(GATEWAYS))
+        m.template_changes()
+        m.run_for(30)
+        assert serving in srv.sealed_at, "the handoff's StoppingAdmission completed with the operator's seals"
+        assert srv.forwarded[-1][1] != serving, "the next generation gets the calls"
+        assert not srv.violations, srv.violations
+    finally:
+        m.undo()
+
+
+def test_the_model_catches_a_seal_accepted_without_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge can fail: with an admin check that accepts any bearer key (what mutation
+    seal-without-key does), the intruder's seal lands and the next call in steady state is held:
+    recorded as a breach."""
+    monkeypatch.setattr(gw_admin, "authorized", lambda header, *, key: (header or "").startswith("Bearer "))
+    m = GatewayModel()
+    try:
+        m.start()
+        m.run_for(10)
+        m.intruder = "wrong-key"
+        m.run_for(2)
+        assert any("did not forward a call to the runtime in steady state" in v and "it sealed that pod" in v
+                   for v in m.server.violations), m.server.violations
     finally:
         m.undo()

@@ -42,6 +42,13 @@ def _bad(message: str) -> web.Response:
     return web.json_response({"error": message}, status=400)
 
 
+def authorized(header: str | None, *, key: bytes) -> bool:
+    """Whether an Authorization header (None: absent) presents `key` as a bearer token; compared
+    in constant time. The model check (tests/model/sim.py, Gateway) admits seals by this too."""
+    scheme, _, given = (header or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key)
+
+
 def _misaddressed(asked: LeaseId, mine: LeaseId | None) -> web.Response | None:
     """409 unless `asked` is this replica's current Lease."""
     if mine is not None and asked == mine:
@@ -60,8 +67,9 @@ def application(state: state_mod.State, *, key: adminkey.KeyFile, lease: Callabl
     @web.middleware
     async def authenticated(request: web.Request,
                             handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.key()):
+        header = request.headers.get("Authorization")
+        if not authorized(header, key=key.key()):
+            scheme = (header or "").partition(" ")[0]
             now = time.monotonic()
             if now - last_logged[0] >= REFUSAL_LOG_SECONDS:
                 last_logged[0] = now
