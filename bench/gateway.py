@@ -69,7 +69,7 @@ if not __package__:  # run by path: dev (and tests) are importable from the root
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the harness the integration tests use
 
-from bench import gwstats  # noqa: E402
+from bench import gwbaseline, gwstats  # noqa: E402
 
 NS, NS_RSS = "bench-gw", "bench-gw-rss"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -438,7 +438,14 @@ def main() -> int:
     ap.add_argument("--skip", default="", help="parts to leave out, comma-separated: handoffs,latency,throughput,rss")
     ap.add_argument("--gateway-log-level", default="INFO", help="of the handoff part's gateway (its log is in the work directory)")
     ap.add_argument("--paths", default="direct,gw,recreate,rolling", help="handoff paths to run, comma-separated")
-    ap.add_argument("--profile", metavar="FILE", help="py-spy record the throughput gateway (collapsed stacks)")
+    ap.add_argument("--profile", metavar="FILE", help="py-spy record the throughput gateway's first round (collapsed stacks; "
+                         "with --baseline the baseline's first round too, to FILE.baseline)")
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="another checkout's root (e.g. a git worktree of an older commit): its gateway "
+                         "(PYTHONPATH=DIR/operator, same interpreter) runs beside the current one in the latency "
+                         "and throughput parts, and each figure is printed against it")
+    ap.add_argument("--tput-rounds", type=int, default=2,
+                    help="with --baseline: throughput rounds of each gateway, alternating")
     ap.add_argument("--tool-host", nargs=2, metavar=("PORT", "MAX_SECONDS"), help=argparse.SUPPRESS)
     ap.add_argument("--load", nargs=6, metavar=("IP", "PORT", "HOST", "SECONDS", "CONCURRENCY", "MAX_CALLS"),
                     help=argparse.SUPPRESS)
@@ -449,6 +456,12 @@ def main() -> int:
     if args.load:
         load_main(args.load[0], int(args.load[1]), args.load[2], float(args.load[3]), int(args.load[4]), int(args.load[5]))
         return 0
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+        if not (args.baseline / "operator" / "baton" / "gateway").is_dir():
+            ap.error(f"--baseline: {args.baseline} has no operator/baton/gateway (give a checkout's root)")
+        if args.tput_rounds < 1:
+            ap.error(f"--tput-rounds: at least 1, got {args.tput_rounds}")
     return run(args)
 
 
@@ -541,7 +554,12 @@ def run(args: argparse.Namespace) -> int:
         gw_counts: dict[str, float] = {}
         if "handoffs" not in skip:
             paths: list[tuple[str, str, Callable[[int], None], Callable[[], tuple[str, int, str]]]] = []
-            for name, gateway in (("direct", False), ("gw", True)):
+            wanted = {p.strip() for p in args.paths.split(",")}
+            # With --baseline, the gateway path again through the baseline's gateway (its own
+            # runtime; that gateway runs only for its turn, sealed by the current operator).
+            baton_paths = [("direct", False), ("gw", True)] + ([("gwbase", True)] if args.baseline is not None
+                                                               and "gw" in wanted else [])
+            for name, gateway in baton_paths:
                 port = free_port()
                 custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, runtime(name, port=port, gateway=gateway))
                 tools.append(PodTools(core, NS, f"baton.dev/runtime={name}", port, max_seconds=7200, log=work / "tools.log"))
@@ -550,7 +568,7 @@ def run(args: argparse.Namespace) -> int:
                 apps.create_namespaced_deployment(NS, deployment(name, port=port, strategy=strategy))
                 core.create_namespaced_service(NS, service(name))
                 tools.append(PodTools(core, NS, f"app={name}", port, max_seconds=7200, log=work / "tools.log"))
-            for name in ("direct", "gw"):
+            for name, _ in baton_paths:
                 wait_for(lambda: rt_ready(name, 1), timeout=180, what=f"{name} g1 Ready", interval=0.2)
             for name in ("recreate", "rolling"):
                 wait_for(lambda: deploy_done(name, 1), timeout=180, what=f"{name} available", interval=0.2)
@@ -570,10 +588,26 @@ def run(args: argparse.Namespace) -> int:
                 ("Deployment Recreate", "recreate", deploy_change("recreate"), via_service("recreate")),
                 ("Deployment RollingUpdate (2 pods)", "rolling", deploy_change("rolling"), via_service("rolling")),
             ]
-            wanted = {p.strip() for p in args.paths.split(",")}
+            base_gw: dict[str, Any] = {}
+            if any(name == "gwbase" for name, _ in baton_paths):
+                paths.insert(2, ("baseline gateway (Baton, gateway on)", "gwbase", baton_change("gwbase"),
+                                 lambda: ("127.0.0.1", base_gw["gw"].port, f"gwbase.{NS}")))
+                wanted.add("gwbase")
             for label, name, change, dial in paths:
                 if name not in wanted:
                     continue
+                if name == "gwbase":
+                    path = os.pathsep.join([str(args.baseline / "operator"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+                    handoff_base = GatewayProcess(plane, work, identity="bench-gw-base-handoffs", namespaces=[NS],
+                                                  system_namespace=NS, env={"BATON_LOG_LEVEL": args.gateway_log_level,
+                                                                            **GATEWAY_DEFAULTS, "PYTHONPATH": path})
+                    children.append(handoff_base)
+                    handoff_base.start()
+                    base_gw["gw"] = handoff_base
+                    wait_for(lambda: metric(handoff_base.metrics_port, "baton_gateway_forwarding") == 1, timeout=60,
+                             what="the baseline gateway forwarding")
+                    wait_for(lambda: post("127.0.0.1", handoff_base.port, f"gwbase.{NS}", rpc(0), 5)[0] == 200, timeout=60,
+                             what="the baseline gateway forwards to gwbase", interval=0.2, ignore=(OSError,))
                 stop = threading.Event()
                 calls: list[gwstats.Call] = []
                 bound = args.handoffs * 60 + 60
@@ -602,6 +636,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {label}: {t.calls} calls, {t.failed} failed ({gwstats.causes_text(t.causes)}), "
                       f"handoff p50 {gwstats.percentile(durations, 50):.2f}s; answered calls took p50 "
                       f"{gwstats.percentile(ok, 50):.3f}s p99 {gwstats.percentile(ok, 99):.3f}s max {max(ok):.3f}s", flush=True)
+                if name == "gwbase":
+                    base_counts = {k: metric(base_gw["gw"].metrics_port, "baton_gateway_calls_total", outcome=k)
+                                   for k in ("forwarded", "held_then_forwarded", "refused")}
+                    print("  the baseline gateway's own counts: " + ", ".join(f"{k} {int(v)}" for k, v in base_counts.items()),
+                          flush=True)
+                    base_gw["gw"].signal(signal.SIGTERM)
+                    base_gw["gw"].wait_exit(30)
             for pt in tools:
                 pt.stop()
             tools.clear()
@@ -639,11 +680,28 @@ def run(args: argparse.Namespace) -> int:
         wait_for(lambda: post("127.0.0.1", gw.port, f"fast.{NS}", rpc(0), 5)[0] == 200, timeout=60,
                  what="the gateway forwards to fast", interval=0.2, ignore=(OSError,))
 
+        def baseline_gateway(identity: str) -> Any:
+            """The baseline tree's gateway (`--baseline DIR`): the same harness and settings, its
+            package first on the path. It ignores the variables it does not know (the admin key)."""
+            path = os.pathsep.join([str(args.baseline / "operator"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+            base = GatewayProcess(plane, work, identity=identity, namespaces=[NS], system_namespace=NS,
+                                  env={"BATON_LOG_LEVEL": "WARNING", **GATEWAY_DEFAULTS, "PYTHONPATH": path})
+            children.append(base)
+            base.start()
+            wait_for(lambda: post("127.0.0.1", base.port, f"fast.{NS}", rpc(0), 5)[0] == 200, timeout=60,
+                     what=f"the baseline gateway {identity} forwards to fast", interval=0.2, ignore=(OSError,))
+            return base
+
+        gwb = baseline_gateway("bench-gw-base") if args.baseline is not None and "latency" not in skip else None
+
         # ------------------------------------------------------------ part 2: latency
         lat: dict[str, list[float]] = {"gateway": [], "direct": []}
         lat_failed: dict[str, collections.Counter[str]] = {"gateway": collections.Counter(), "direct": collections.Counter()}
         if "latency" not in skip:
             ends = {"gateway": ("127.0.0.1", gw.port, f"fast.{NS}"), "direct": (fast_ip, fast_port, f"fast.{NS}")}
+            if gwb is not None:
+                ends["baseline"] = ("127.0.0.1", gwb.port, f"fast.{NS}")
+                lat["baseline"], lat_failed["baseline"] = [], collections.Counter()
             conns: dict[str, http.client.HTTPConnection] = {}
 
             def one(path: str, rid: int) -> None:
@@ -668,13 +726,14 @@ def run(args: argparse.Namespace) -> int:
 
             lat_pinned = False
             client_cores = os.sched_getaffinity(0)
-            if args.lat_pin and gw.proc is not None and pin(gw.proc.pid, 1):
+            if args.lat_pin and gw.proc is not None and pin(gw.proc.pid, 1) \
+                    and (gwb is None or gwb.proc is None or pin(gwb.proc.pid, 1)):
                 os.sched_setaffinity(0, {0})
                 lat_pinned = True
             for path in ends:  # warm both connections
                 for k in range(20):
                     one(path, k)
-            lat = {"gateway": [], "direct": []}
+            lat = {path: [] for path in ends}
             t0 = time.monotonic()
             deadline = t0 + args.lat_calls / args.lat_rate * 3 + 30
             for i in range(args.lat_calls):
@@ -682,17 +741,20 @@ def run(args: argparse.Namespace) -> int:
                 if time.monotonic() > deadline:
                     break
                 time.sleep(max(0.0, due - time.monotonic()))
-                order = ("gateway", "direct") if i % 2 == 0 else ("direct", "gateway")
-                for path in order:
+                for path in gwbaseline.call_order(tuple(ends), i):
                     one(path, i)
             lat_seconds = time.monotonic() - t0
             for c in conns.values():
                 c.close()
             if lat_pinned:
                 os.sched_setaffinity(0, client_cores)
-                if gw.proc is not None:
-                    subprocess.run(["taskset", "-a", "-p", "-c", f"0-{(os.cpu_count() or 2) - 1}", str(gw.proc.pid)],
-                                   stdout=subprocess.DEVNULL)
+                for pinned_gw in (gw, gwb):
+                    if pinned_gw is not None and pinned_gw.proc is not None:
+                        subprocess.run(["taskset", "-a", "-p", "-c", f"0-{(os.cpu_count() or 2) - 1}", str(pinned_gw.proc.pid)],
+                                       stdout=subprocess.DEVNULL)
+            if gwb is not None:
+                gwb.signal(signal.SIGTERM)
+                gwb.wait_exit(30)
 
         # ------------------------------------------------------------ part 3: throughput
         tput: dict[str, Any] = {}
@@ -710,23 +772,48 @@ def run(args: argparse.Namespace) -> int:
             children.append(gwt)
             gwt.start()
             tput["pinned"] = pin(gwt.proc.pid, 1) if gwt.proc else False
-            gproc = Proc(gwt.proc.pid if gwt.proc else 0)
             wait_for(lambda: post("127.0.0.1", gwt.port, f"fast.{NS}", rpc(0), 5)[0] == 200, timeout=60,
                      what="the throughput gateway forwards", interval=0.2, ignore=(OSError,))
-            spy: subprocess.Popen[bytes] | None = None
-            if args.profile:
-                spy = subprocess.Popen([str(Path(py).parent / "py-spy"), "record", "--format", "raw", "--rate", "100",
-                                        "--nonblocking", "--pid", str(gproc.pid), "--output", args.profile,
-                                        "--duration", str(int(args.tput_seconds) + 5)], stdout=subprocess.DEVNULL)
-            cpu0 = gproc.cpu()
-            res = load("127.0.0.1", gwt.port, f"fast.{NS}")
-            res["cpu"] = gproc.cpu() - cpu0
-            res["rss"] = gproc.status_mib("VmHWM")
-            tput["gateway"] = res
-            if spy is not None:
-                spy.wait(timeout=60)
-            gwt.signal(signal.SIGTERM)
-            gwt.wait_exit(30)
+            # With --baseline, the baseline's gateway beside it on the same core, idle while the
+            # other is loaded; the rounds alternate (gwbaseline.round_order).
+            tput_gateways = {"gateway": gwt}
+            if args.baseline is not None:
+                gwbt = baseline_gateway("bench-gw-base-tput")
+                tput["pinned"] = tput["pinned"] and (pin(gwbt.proc.pid, 1) if gwbt.proc else False)
+                tput_gateways["baseline"] = gwbt
+            order = gwbaseline.round_order(("gateway", "baseline"), args.tput_rounds) if args.baseline is not None \
+                else ["gateway"]
+            profiled: set[str] = set()
+            tput["rounds"] = []
+            for which in order:
+                loaded = tput_gateways[which]
+                gproc = Proc(loaded.proc.pid if loaded.proc else 0)
+                spy: subprocess.Popen[bytes] | None = None
+                if args.profile and which not in profiled:  # each gateway's first round; the baseline's to FILE.baseline
+                    profiled.add(which)
+                    out_file = args.profile if which == "gateway" else f"{args.profile}.baseline"
+                    spy = subprocess.Popen([str(Path(py).parent / "py-spy"), "record", "--format", "raw", "--rate", "100",
+                                            "--nonblocking", "--pid", str(gproc.pid), "--output", out_file,
+                                            "--duration", str(int(args.tput_seconds) + 5)], stdout=subprocess.DEVNULL)
+                cpu0 = gproc.cpu()
+                res = load("127.0.0.1", loaded.port, f"fast.{NS}")
+                res["cpu"] = gproc.cpu() - cpu0
+                res["rss"] = gproc.status_mib("VmHWM")
+                tput["rounds"].append((which, res))
+                print(f"  throughput round {len(tput['rounds'])} ({which}): {res['calls']} calls, {res['failed']} failed, "
+                      f"CPU {res['cpu']:.2f}s = {res['calls'] / res['cpu'] if res['cpu'] else float('nan'):.0f} "
+                      "calls per CPU-second", flush=True)
+                if spy is not None:
+                    spy.wait(timeout=60)
+            for which in tput_gateways:  # every round of one gateway summed: calls over CPU-seconds
+                mine = [r for w, r in tput["rounds"] if w == which]
+                tput[which] = {"calls": sum(r["calls"] for r in mine), "failed": sum(r["failed"] for r in mine),
+                               "seconds": sum(r["seconds"] for r in mine), "cpu": sum(r["cpu"] for r in mine),
+                               "rss": max(r["rss"] for r in mine), "rounds": len(mine),
+                               "causes": sum((collections.Counter(r["causes"]) for r in mine), collections.Counter())}
+            for loaded in tput_gateways.values():
+                loaded.signal(signal.SIGTERM)
+                loaded.wait_exit(30)
 
         # ------------------------------------------------------------ part 4: RSS with N runtimes
         rss: dict[str, Any] = {}
@@ -813,7 +900,9 @@ def run(args: argparse.Namespace) -> int:
             g, d = lat["gateway"], lat["direct"]
             say("")
             say(f"latency: {len(d)} calls each path, interleaved, {args.lat_rate:g} calls/s each "
-                f"({2 * args.lat_calls / lat_seconds:.0f} calls/s both), kept-alive connections, same tool"
+                f"({len(lat) * args.lat_calls / lat_seconds:.0f} calls/s in all), kept-alive connections, same tool"
+                + (f"; beside it the baseline gateway ({args.baseline}), the order among the three paths "
+                   "rotated through every permutation" if "baseline" in lat else "")
                 + ("; the gateway pinned to core 1, the client and the tool to core 0" if lat_pinned else
                    "; the tool pinned to core 0, the gateway and the client where the scheduler puts them"))
             say(f"{'':24} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8}  failed")
@@ -824,6 +913,13 @@ def run(args: argparse.Namespace) -> int:
             say(f"{'added by the gateway':24} {1000 * gwstats.added(g, d, 50):8.3f} {1000 * gwstats.added(g, d, 99):8.3f} "
                 f"{1000 * (sum(g) / len(g) - sum(d) / len(d)):8.3f}  (ratio p50 {gwstats.percentile(g, 50) / gwstats.percentile(d, 50):.2f}, "
                 f"p99 {gwstats.percentile(g, 99) / gwstats.percentile(d, 99):.2f})")
+            b = lat.get("baseline")
+            if b:
+                say(f"{'via the baseline gateway':24} {1000 * gwstats.percentile(b, 50):8.3f} "
+                    f"{1000 * gwstats.percentile(b, 99):8.3f} {1000 * sum(b) / len(b):8.3f}  "
+                    f"{gwstats.causes_text(lat_failed['baseline'])}")
+                say(f"{'added by the baseline':24} {1000 * gwstats.added(b, d, 50):8.3f} {1000 * gwstats.added(b, d, 99):8.3f} "
+                    f"{1000 * (sum(b) / len(b) - sum(d) / len(d)):8.3f}")
         if tput.get("gateway"):
             r = tput["gateway"]
             rate = r["calls"] / r["seconds"]
@@ -834,6 +930,15 @@ def run(args: argparse.Namespace) -> int:
             say(f"  {r['calls']} calls ({r['failed']} failed {gwstats.causes_text(collections.Counter(r['causes']))}): "
                 f"{rate:.0f} calls/s; gateway CPU {r['cpu']:.2f}s = {1000 * r['cpu'] / max(1, r['calls']):.3f} ms per call "
                 f"= {per_cpu:.0f} calls per CPU-second (per core); gateway peak RSS {r['rss']:.1f} MiB")
+            br = tput.get("baseline")
+            if br:
+                say(f"  the baseline gateway ({args.baseline}), same core, same load, rounds alternating "
+                    f"({' '.join(w for w, _ in tput['rounds'])}): {br['calls']} calls ({br['failed']} failed "
+                    f"{gwstats.causes_text(br['causes'])}): {br['calls'] / br['seconds']:.0f} calls/s; CPU {br['cpu']:.2f}s = "
+                    f"{1000 * br['cpu'] / max(1, br['calls']):.3f} ms per call = "
+                    f"{br['calls'] / br['cpu'] if br['cpu'] else float('nan'):.0f} calls per CPU-second")
+                say("  by round (calls per CPU-second): " + ", ".join(
+                    f"{w} {r['calls'] / r['cpu'] if r['cpu'] else float('nan'):.0f}" for w, r in tput["rounds"]))
             dr = tput.get("direct")
             if dr:
                 say(f"  the same load straight to the tool: {dr['calls'] / dr['seconds']:.0f} calls/s ({dr['failed']} failed): "
@@ -863,6 +968,30 @@ def run(args: argparse.Namespace) -> int:
         if rss:
             say(f"{'gateway RSS <= 150 MiB with ' + str(args.rss_runtimes) + ' runtimes':52} {rss['peak']:8.1f} MiB          "
                 f"{'yes' if rss['peak'] <= 150 else 'no'}")
+        if args.baseline is not None:
+            say("")
+            say(f"against the baseline ({args.baseline}), same run (issue 41: within 10 %, counting only the worse side)")
+            say(f"{'figure':40} {'current':>10} {'baseline':>10} {'ratio':>6}  within 10 %")
+            figures: list[tuple[str, float, float, gwbaseline.Better]] = []
+            if lat.get("baseline") and lat["gateway"] and lat["direct"]:
+                for q in (50, 99):
+                    figures.append((f"added latency p{q} ms", 1000 * gwstats.added(lat["gateway"], lat["direct"], q),
+                                    1000 * gwstats.added(lat["baseline"], lat["direct"], q), gwbaseline.Better.LOWER))
+            if tput.get("baseline") and tput.get("gateway"):
+                cur, base = tput["gateway"], tput["baseline"]
+                figures.append(("calls per CPU-second (one core)",
+                                cur["calls"] / cur["cpu"] if cur["cpu"] else float("nan"),
+                                base["calls"] / base["cpu"] if base["cpu"] else float("nan"), gwbaseline.Better.HIGHER))
+            for label, current, baseline_value, better in figures:
+                v = gwbaseline.verdict(current=current, baseline=baseline_value, better=better)
+                say(f"{label:40} {v.current:10.3f} {v.baseline:10.3f} {v.ratio:6.2f}  {'yes' if v.within else 'NO'}")
+            if rows:
+                gwrow = next(t for label, t, _, _ in rows if label.startswith("gateway"))
+                basecalls = next((t for label, t, _, _ in rows if label.startswith("baseline gateway")), None)
+                say(f"{'failed calls across the handoffs (current)':40} {gwrow.failed:>10d} of {gwrow.calls}: "
+                    f"{'yes' if gwrow.failed == 0 else 'NO'}" + (
+                        f"; the baseline's in this run: {basecalls.failed} of {basecalls.calls}" if basecalls is not None
+                        else " (the baseline's: 0 of 2040, docs/performance.md)"))
         say(f"(whole run {time.monotonic() - started:.0f}s)")
         return 0
     finally:
