@@ -17,6 +17,11 @@ asking it for as long (the window is announced in its Lease), can seal it. Past 
 stops as before. The first successful write after a lapse ends static mode at once: nothing is
 forwarded until the views are listed again (a registration may carry a new Lease uid, under
 which the operator's seals for the old one are refused as misaddressed and counted gone).
+Static mode is for a replica that kept running while its renewals failed, never for one that was
+not running (SIGSTOP, a frozen VM): a heartbeat ticks every HEARTBEAT_SECONDS while the event loop
+runs, and a lapse seen with the heartbeat older than HEARTBEAT_STALE_SECONDS is a pause: the
+views are dropped and re-listed as without a static window (the operator may have counted the
+paused replica busy until its drain budget ran out and gone on: its old view must not be used).
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ from baton.k8s import api as k8s_api
 from baton.k8s import client, registration
 
 log = logging.getLogger("baton.gateway")
+
+
+# The heartbeat that tells "renewals failed while this process ran" (the API server away: static
+# mode) from "this process did not run" (paused: its view is stale by an unknown amount).
+HEARTBEAT_SECONDS = 0.5
+HEARTBEAT_STALE_SECONDS = 2.0
 
 
 def margin(duration: float) -> float:
@@ -63,6 +74,7 @@ class Registrar:
         self.last_ok: float | None = None  # monotonic time the last successful write was sent
         self.views_ok = False  # the views were listed after the last lapse
         self.stopping = False
+        self.heartbeat = self._mono()  # last tick of the event loop's heartbeat (beat())
 
     def lease_id(self) -> tuple[str, str] | None:
         """(name, uid) of the Lease this replica last wrote: what a seal must be addressed to.
@@ -89,7 +101,7 @@ class Registrar:
         if self.fresh():
             self._static_said = False
             return Mode.FORWARDING
-        if self.static_window():
+        if self.static_window() and self._mono() - self.heartbeat < HEARTBEAT_STALE_SECONDS:
             if not self._static_said:
                 self._static_said = True
                 log.warning("registration older than its margin (the API server is away?): static mode for at most "
@@ -153,9 +165,30 @@ class Registrar:
         while not await self._write():
             await asyncio.sleep(1.0)
 
+    async def beat(self) -> None:
+        """The heartbeat (mode() reads it): a tick every HEARTBEAT_SECONDS while the loop runs."""
+        while not self.stopping:
+            now = self._mono()
+            if now - self.heartbeat >= HEARTBEAT_STALE_SECONDS and not self.fresh() and self.views_ok:
+                # The loop did not run for a while (a pause) and the registration lapsed meanwhile:
+                # the view from before the pause is not used, static window or not.
+                self.views_ok = False
+                gwmetrics.REGISTERED.set(0)
+                log.warning("registration older than its margin after this replica did not run for %.1fs (paused): "
+                            "forwarding stops until renewed and re-listed", now - self.heartbeat)
+            self.heartbeat = now
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
     async def run(self) -> None:
         """Renew every duration/3 (at once again after a failure, then each second); re-list
-        after any lapse."""
+        after any lapse. Beats the heartbeat meanwhile."""
+        beating = asyncio.create_task(self.beat(), name="gateway heartbeat")
+        try:
+            await self._renew_loop()
+        finally:
+            beating.cancel()
+
+    async def _renew_loop(self) -> None:
         while not self.stopping:
             ok = await self._write()
             if ok and not self.views_ok:

@@ -119,12 +119,16 @@ def test_the_registrar_fails_static_for_its_window_then_holds_and_relists_after_
         assert r.mode() is registrar.Mode.FORWARDING
         fake.fail = True  # the API server goes away
         now[0] += 5
+        r.heartbeat = now[0]  # the event loop ran meanwhile (renewals failing, not paused)
         assert not await r._write() and r.mode() is registrar.Mode.FORWARDING
         now[0] += 3  # at duration - margin (8 s): static, not holding
+        r.heartbeat = now[0]  # the event loop ran meanwhile (renewals failing, not paused)
         assert r.mode() is registrar.Mode.STATIC and r.forwarding()
         now[0] += 29.9  # just within 8 + 30 s
+        r.heartbeat = now[0]  # the event loop ran meanwhile (renewals failing, not paused)
         assert r.mode() is registrar.Mode.STATIC
         now[0] += 0.1  # the window is over: holding, the views dropped
+        r.heartbeat = now[0]  # the event loop ran meanwhile (renewals failing, not paused)
         assert r.mode() is registrar.Mode.HOLDING and not r.views_ok and not r.forwarding()
         # A second lapse: static again only after a renewal and a relist.
         fake.fail = False
@@ -136,6 +140,7 @@ def test_the_registrar_fails_static_for_its_window_then_holds_and_relists_after_
         # nothing is forwarded until the views are listed again.
         fake.fail = True
         now[0] += 20
+        r.heartbeat = now[0]  # the event loop ran meanwhile (renewals failing, not paused)
         assert r.mode() is registrar.Mode.STATIC
         fake.fail = False
         assert await r._write()
@@ -159,4 +164,29 @@ def test_without_a_window_the_registrar_stops_at_the_margin_as_before(monkeypatc
         r.views_ok = True
         now[0] += 8
         assert r.mode() is registrar.Mode.HOLDING and not r.views_ok
+    asyncio.run(go())
+
+
+def test_a_replica_that_did_not_run_is_never_static(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lapse with the heartbeat stale is a pause (SIGSTOP), not the API server away: the old
+    view is dropped at once, as without a static window (the operator may have gone on)."""
+    fake = FakeLeases()
+    monkeypatch.setattr(registration, "register_gateway", fake.register)
+    monkeypatch.setattr(registration, "renew_gateway", fake.renew)
+    now = [100.0]
+
+    async def relist() -> bool:
+        return True
+
+    async def go() -> None:
+        r = registrar.Registrar(namespace="ns", instance="i", admin="a:1", duration_seconds=10, static_seconds=30,
+                                relist=relist, on_change=lambda: None, mono=lambda: now[0])
+        await r.start()
+        r.views_ok = True
+        r.heartbeat = now[0]
+        now[0] += 12  # paused: no heartbeat, no renewal, for longer than the Lease
+        assert r.mode() is registrar.Mode.HOLDING and not r.views_ok
+        # Running again but the views not yet listed: still holding.
+        r.heartbeat = now[0]
+        assert r.mode() is registrar.Mode.HOLDING
     asyncio.run(go())
