@@ -81,7 +81,6 @@ class Ticket:
             self.held_bytes += n
         st.buffered_bytes += n
         self.bytes += n
-        gwmetrics.BUFFERED_BYTES.inc(n)
         return None
 
     def release(self) -> None:
@@ -103,5 +102,4 @@ class Ticket:
             gwmetrics.HELD.dec()
         if self.bytes:
             st.buffered_bytes -= self.bytes
-            gwmetrics.BUFFERED_BYTES.dec(self.bytes)
             self.bytes = 0

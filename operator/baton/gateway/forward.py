@@ -33,7 +33,8 @@ from baton.settings import GatewaySettings
 log = logging.getLogger("baton.gateway")
 SESSION_HEADER = "Mcp-Session-Id"
 SESSION_HEADER_LOWER = SESSION_HEADER.lower()
-REASON_HEADER_LOWER = names.HEADER_REASON.lower()
+# Dropped from a pod's answer besides the hop-by-hop fields: Baton-Reason is the gateway's word.
+POD_DROP = frozenset({names.HEADER_REASON.lower()})
 # Bodies up to this size (by Content-Length) are read whole and sent as bytes, both ways: most
 # tool calls are small, and a byte string costs far less per call than a streamed body (an async
 # generator upstream, a chunk loop back). Larger or unsized bodies (SSE, uploads) stream.
@@ -155,7 +156,10 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
             if held_since is not None:
                 log.debug("held call forwarded to g%s after %.2fs", d.generation, time.monotonic() - held_since,
                           extra={"runtime": "/".join(target_key(target))})
-            coding = next((v for k, v in answer.headers if k.lower() == "transfer-encoding"), "chunked")
+            size = answer.content_length()
+            # (An answer with a Content-Length has no transfer coding to look at: most do.)
+            coding = "chunked" if size is not None else next(
+                (v for k, v in answer.headers if k.lower() == "transfer-encoding"), "chunked")
             if coding.strip().lower() != "chunked":
                 # Transfer-Encoding is per hop and dropped here: a coding besides chunked (gzip)
                 # would reach the client undone and unnamed. Rare enough to refuse, never to pass on.
@@ -163,13 +167,12 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
                 return up.upstream_failed(request, target, d, None,
                                           http1.UpstreamFailed(f"the transfer coding {coding!r}"))
             # Baton-Reason is the gateway's word alone: a pod's own is not passed on.
-            back = [(k, v) for k, v in route.end_to_end(answer.headers) if k.lower() != REASON_HEADER_LOWER]
+            back = route.end_to_end(answer.headers, also_drop=POD_DROP)
             sid = next((v for k, v in answer.headers if k.lower() == SESSION_HEADER_LOWER), None)
             if sid and body is not None and is_initialize(body):
                 # Only the answer to an initialize that went through here issues a session: a pod
                 # that stamps ids on other answers cannot claim (or evict) another's sessions.
                 up.state.session_issued(target_key(target), sid, d.uid)
-            size = answer.content_length()
             if size is not None and size <= SMALL_BODY_BYTES and request.method != "HEAD":
                 # Counted once read whole: a small answer that failed is an UpstreamError
                 # refusal only, never also "forwarded".

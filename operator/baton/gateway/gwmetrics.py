@@ -4,6 +4,7 @@ Bounded labels only: an outcome and a reason from ``route.Reason``, never a runt
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import prometheus_client
 
@@ -21,9 +22,14 @@ INFLIGHT = prometheus_client.Gauge(
     registry=metrics.REGISTRY)
 HELD = prometheus_client.Gauge("baton_gateway_held", "Calls held now, waiting for a serving generation.",
                                registry=metrics.REGISTRY)
+# Read at scrape time from the ledger (watch_buffered_bytes): no lock taken per call.
 BUFFERED_BYTES = prometheus_client.Gauge(
     "baton_gateway_buffered_bytes", "Bytes of request bodies in memory now (held calls' bodies, small bodies read whole).",
     registry=metrics.REGISTRY)
+
+
+def watch_buffered_bytes(read: Callable[[], float]) -> None:
+    BUFFERED_BYTES.set_function(read)
 CONNECTIONS = prometheus_client.Gauge("baton_gateway_connections", "Client connections open now.",
                                       registry=metrics.REGISTRY)
 CONNECTIONS_REFUSED = prometheus_client.Counter(

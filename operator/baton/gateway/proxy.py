@@ -55,6 +55,7 @@ class Proxy:
         self._forwarding = forwarding
         self.shutting_down = False
         self.upstreams = forward.Upstreams(settings=settings, state=state)
+        gwmetrics.watch_buffered_bytes(lambda: float(state.buffered_bytes))
         self.ledger = budget.Ledger(state=state, max_held_per_runtime=settings.max_held_per_runtime,
                                     max_held_total=settings.max_held_total,
                                     max_buffered_bytes=settings.max_buffered_bytes,

@@ -70,8 +70,17 @@ def end_to_end(headers: Iterable[tuple[str, str]], *, keep_upgrade: bool = False
     named = {t.strip().lower() for lk, _, v in lowered if lk == "connection" for t in v.split(",") if t.strip()}
     # Connection may not name Host (the pod would get a call with none): RFC 9110 7.6.1 lets a
     # sender list only its own hop-by-hop fields.
-    drop = (HOP_BY_HOP | (named - NEVER_HOP_BY_HOP) | also_drop) - ({"upgrade"} if keep_upgrade else set())
+    named -= NEVER_HOP_BY_HOP
+    if keep_upgrade:
+        named.discard("upgrade")
+    drop = _dropped(also_drop, keep_upgrade) | named if named else _dropped(also_drop, keep_upgrade)
     return [(k, v) for lk, k, v in lowered if lk not in drop and not lk.startswith("proxy-")]
+
+
+@functools.lru_cache(maxsize=64)
+def _dropped(also_drop: frozenset[str], keep_upgrade: bool) -> frozenset[str]:
+    """The names end_to_end drops whatever Connection says, once per call site (not per call)."""
+    return (HOP_BY_HOP | also_drop) - ({"upgrade"} if keep_upgrade else frozenset())
 
 
 def smuggling(headers: Iterable[tuple[str, str]]) -> str | None:
@@ -167,7 +176,13 @@ def peer_ip(peername: Any) -> str:
     "" when there is none (a Unix socket, a closed transport)."""
     if not isinstance(peername, (tuple, list)) or not peername or not isinstance(peername[0], str):
         return ""
-    addr = _address(peername[0].split("%", 1)[0])
+    return _peer_text(peername[0])
+
+
+@functools.lru_cache(maxsize=4096)
+def _peer_text(host: str) -> str:
+    """peer_ip's text for one transport host, once per address (not on every call)."""
+    addr = _address(host.split("%", 1)[0])
     if addr is None:
         return ""
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
@@ -218,6 +233,8 @@ def client_allowed(runtime: Mapping[str, Any] | None, *, client_namespace: str |
         return None
     meta = runtime.get("metadata") or {}
     own = str(meta.get("namespace") or "")
+    if client_namespace is not None and client_namespace == own:
+        return None  # the common case, decided before anything is built
     clients = service.get("clients") or {}
     namespaces = [str(n) for n in clients.get("namespaces") or [] if isinstance(n, str)]
     cidrs = tuple(str(c) for c in clients.get("cidrs") or [] if isinstance(c, str))
@@ -227,7 +244,7 @@ def client_allowed(runtime: Mapping[str, Any] | None, *, client_namespace: str |
         who = f"a pod of namespace {client_namespace}"
         how = f"add {client_namespace!r} to spec.service.clients.namespaces"
     else:
-        if client_ip and in_networks(client_ip, _networks(cidrs)):
+        if client_ip and _in_cidrs(client_ip, cidrs):
             return None
         who = "an address at which no pod is known"
         how = "add its range to spec.service.clients.cidrs (callers that are not pods)"
@@ -343,6 +360,13 @@ def retiring_uids(runtime: Mapping[str, Any], pods: Iterable[Mapping[str, Any]],
             if not newer:
                 out.add(str(meta.get("uid") or ""))
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _in_cidrs(ip: str, cidrs: tuple[str, ...]) -> bool:
+    """Whether `ip` lies in one of `cidrs`, once per (address, list): asked on every call of a
+    caller that is no pod."""
+    return in_networks(ip, _networks(cidrs))
 
 
 @functools.lru_cache(maxsize=4096)
