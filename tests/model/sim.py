@@ -743,7 +743,8 @@ class Gateway:
     runtime's admissionSeconds, and looked at again each second (the wake-up of a view change):
     forwarded once a pod may take it, if the real ``proxy.forwardable`` says so (its client may
     have left meanwhile: the model does not count on aiohttp's cancellation landing first). Its
-    admin API admits a request only if the real ``admin.authorized`` accepts its credential.
+    admin API admits a request only if the real ``admin.authorized`` accepts its credential, and
+    answers only while the operator can reach it (``admin_reachable``: else a timeout).
 
     Invariants judged here: no call forwarded to a pod after its StoppingAdmission completed; no
     held call forwarded after its client left; a call that finds the runtime in steady state (no
@@ -764,6 +765,9 @@ class Gateway:
         self.seq += 1
         self.instance = f"{self.name}-{self.seq}"
         self.alive, self.paused, self.lagging = True, False, False
+        # The operator can reach its admin address (False: a network cut between the two; the
+        # replica itself runs on, renews its Lease, follows its view and forwards).
+        self.admin_reachable = True
         self.sealed: set[str] = set()
         self.held_calls: list[Call] = []
         self.renewed = self.clock.t
@@ -906,6 +910,9 @@ class Gateway:
         """The admin API's gate: reachable, and the admin key presented (else 401)."""
         if not self.running():
             raise gw.AdminError(f"{self.instance}: unreachable")
+        if not self.admin_reachable:
+            # What baton.k8s.gateways raises for a call that timed out: unconfirmed, not gone.
+            raise gw.AdminError(f"{self.instance}: TimeoutError (its admin address unreachable)")
         if not gw_admin.authorized(authorization, key=self.server.admin_key):
             raise gw.AdminError(f"{self.instance}: 401 (unauthorized: present the gateway admin key as a bearer token)")
 

@@ -7,6 +7,9 @@ unanswered), start it again (a new instance: registers, then lists), pause it (S
 or more than its Lease, make its view lag, and send one more call between two passes. Issue 41
 adds two actors: a client whose call is held (during a transition) leaves before a pod takes it,
 and someone without the admin key posts a seal of the serving pod to a replica's admin address.
+One more: the operator cut off from one replica's admin address (its seal and in-flight calls time
+out) while that replica stays live, forwards and lags behind the serving=false flip, over a
+handoff's whole StoppingAdmission (gateway_admin_unreachable).
 Two decisions of the gateway's real code are used by the modelled replicas: whether a held call
 is forwarded (baton.gateway.proxy.forwardable) and whether an admin request carries the admin key
 (baton.gateway.admin.authorized); the operator's own seals carry the key (sim.SimGateways).
@@ -26,16 +29,22 @@ Budget: MODEL_GATEWAY_EXAMPLES (default half of MODEL_EXAMPLES), MODEL_STEPS, MO
 from __future__ import annotations
 
 import os
+import pathlib
+import unittest
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
+from hypothesis import stateful
 from hypothesis import strategies as hs
 from hypothesis.stateful import initialize, precondition, rule
 
 from baton.gateway import admin as gw_admin
 from baton.gateway import proxy as gw_proxy
 from baton.k8s import gateways as gw
+from baton.lifecycle import retire
+from baton.model import status as status_mod
+from hack import mutations as hack_mutations
 
 from . import sim
 from .test_model import EXAMPLES, SEED, STEPS, BatonModel
@@ -153,13 +162,64 @@ class GatewayModel(BatonModel):
         gate.paused = False
         gate.call()
 
+    @precondition(lambda self: self.server.steady_pod() is not None or stopping_admission_uid(self.server) is not None)
+    @rule(g=gateway_ix)
+    def gateway_admin_unreachable(self, g: int) -> None:
+        """The operator cannot reach one replica's admin address (a network cut: its seal and
+        in-flight calls time out) while the replica runs on: it renews its Lease (live), forwards,
+        and its view lags from now on (it will not see the serving=false flip). A handoff starts
+        if none is under way. Held until the retire left StoppingAdmission (or
+        ADMIN_CUT_SECONDS), then the admin path is back and the replica gets a call before it
+        catches up: only the seal could stop it forwarding to the retired pod. The flip, the seal
+        and the step to Draining happen within one second of the handoff's start, so an actor
+        that must land on that second (gateway_paused) almost never met it; this one holds the
+        whole step."""
+        self._t("gw-admin-cut", g)
+        gate = self.gateways[g]
+        if not gate.running():
+            return
+        retiring = stopping_admission_uid(self.server) or self.server.steady_pod()
+        lagging = gate.lagging
+        gate.lagging, gate.admin_reachable = True, False
+        if stopping_admission_uid(self.server) is None:
+            self.template_changes()
+        self.run_for(ADMIN_CUT_SECONDS, until=lambda: left_stopping_admission(self.server, retiring))
+        gate.admin_reachable = True
+        gate.call()
+        gate.lagging = lagging
+
     def teardown(self) -> None:
         for g in self.gateways:
             g.paused = False
+            g.admin_reachable = True
         super().teardown()
 
 
-GatewayModel.TestCase.settings = settings(
+# How long gateway_admin_unreachable holds the cut at most: the retire's StoppingAdmission ends
+# within drainSeconds (DrainIncomplete past it), plus one Lease handover.
+ADMIN_CUT_SECONDS = sim.BUDGETS["drainSeconds"] + sim.LEASE_SECONDS
+
+
+def stopping_admission_uid(server: sim.Server) -> str | None:
+    """The pod a retire under way is at StoppingAdmission for, else None."""
+    s = server.status()
+    t = s.transition if s is not None else None
+    return t.from_uid if t is not None and t.step == status_mod.Step.STOPPING_ADMISSION and t.from_uid else None
+
+
+def left_stopping_admission(server: sim.Server, uid: str | None) -> bool:
+    """The retire of pod `uid` has left StoppingAdmission (or a transition retires another pod,
+    or none is under way and `uid` no longer serves)."""
+    s = server.status()
+    t = s.transition if s is not None else None
+    if s is None or uid is None:
+        return True
+    if t is None:
+        return s.current is None or s.current.uid != uid
+    return t.from_uid != uid or t.step != status_mod.Step.STOPPING_ADMISSION
+
+
+GATEWAY_SETTINGS = settings(
     max_examples=GATEWAY_EXAMPLES,
     stateful_step_count=STEPS,
     deadline=None,
@@ -172,11 +232,19 @@ GatewayModel.TestCase.settings = settings(
 if SEED is not None:
     from hypothesis import seed as _seed
 
-    GatewayModel.TestCase = _seed(int(SEED))(GatewayModel.TestCase)
+    # On the machine itself: Hypothesis reads the seed from the state machine class (one put on
+    # its TestCase is ignored).
+    _seed(int(SEED))(GatewayModel)
 
 
-class TestGatewayModel(GatewayModel.TestCase):  # type: ignore[misc,valid-type]
-    pass
+class TestGatewayModel(unittest.TestCase):
+    """GatewayModel's run, built here rather than inherited from GatewayModel.TestCase: with
+    MODEL_SEED set, test_model.py replaces BatonModel.TestCase with a plain class, which
+    GatewayModel.TestCase then found instead of its own (the seeded runs ran BatonModel, with no
+    gateway, under these settings)."""
+
+    def runTest(self) -> None:
+        stateful.run_state_machine_as_test(GatewayModel, settings=GATEWAY_SETTINGS)
 
 
 def test_the_model_forwards_calls_and_seals_across_handoffs() -> None:
@@ -271,5 +339,67 @@ def test_the_model_catches_a_seal_accepted_without_the_key(monkeypatch: pytest.M
         m.run_for(2)
         assert any("did not forward a call to the runtime in steady state" in v and "it sealed that pod" in v
                    for v in m.server.violations), m.server.violations
+    finally:
+        m.undo()
+
+
+def _stopping_admission_without_confirmation() -> Any:
+    """retire.stopping_admission with hack/mutations.py's `seal-without-confirmation` applied (its
+    exact text edit, compiled apart): the step completes whatever the seal's answers."""
+    [mutation] = [m for m in hack_mutations.MUTATIONS if m.name == "seal-without-confirmation"]
+    source = pathlib.Path(retire.__file__).read_text()
+    for old, new in mutation.edits:
+        assert source.count(old) == 1 or new in source, f"{mutation.name}: its text is not in {retire.__file__}"
+        source = source.replace(old, new)
+    namespace: dict[str, Any] = {"__name__": retire.__name__}
+    exec(compile(source, f"{retire.__file__} ({mutation.name})", "exec"), namespace)
+    return namespace["stopping_admission"]
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["real-retire", "retire-without-confirmation"])
+def test_a_seal_a_live_replica_cannot_confirm_holds_stopping_admission(real: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24, the scenario of gateway_admin_unreachable, driven: the operator cannot reach one
+    replica's admin address while it renews its Lease and forwards, its view behind the
+    serving=false flip; a handoff starts. By the real retire StoppingAdmission does not complete
+    with the seal unconfirmed: it waits out drainSeconds and ends with DrainIncomplete naming that
+    replica (the pod then goes, calls cut: the documented trade). The model can fail: with the
+    step completing unconfirmed (mutation seal-without-confirmation) the stale replica forwards a
+    call to the pod after its StoppingAdmission completed: recorded as a breach."""
+    if not real:
+        monkeypatch.setattr(retire, "stopping_admission", _stopping_admission_without_confirmation())
+    m = GatewayModel()
+    try:
+        m.start()
+        m.run_for(10)
+        srv = m.server
+        old = srv.steady_pod()
+        assert old is not None
+        cut = m.gateways[0]
+        started = m.clock.t
+        m.gateway_admin_unreachable(0)
+        assert cut.admin_reachable and not cut.lagging, "the cut and the lag end with the rule"
+        s = srv.status()
+        assert s is not None and s.transition is not None and s.transition.from_uid == old
+        retiring = s.transition
+        assert retiring.step != status_mod.Step.STOPPING_ADMISSION
+        # The cut replica stayed live and kept forwarding to the pod on its stale view.
+        assert any(inst == cut.instance and uid == old and t > started for inst, uid, t in srv.forwarded)
+        if real:
+            assert old not in srv.sealed_at, "StoppingAdmission never completed with the seal unconfirmed"
+            why = f"gateway replicas did not confirm the seal ({cut.instance})"
+            assert retiring.drain_incomplete and retiring.message == why, retiring
+            assert m.clock.t - started >= sim.BUDGETS["drainSeconds"], "it waited out the drain budget"
+            assert not srv.violations, srv.violations
+            m.run_for(30)
+            s = srv.status()
+            assert s is not None
+            [entry] = [h for h in s.history if h.uid == old]
+            assert entry.message == f"drain incomplete: {why}", entry
+            assert status_mod.Reason.DRAIN_INCOMPLETE.value in srv.event_reasons
+            assert not srv.violations, srv.violations
+        else:
+            assert old in srv.sealed_at and not retiring.drain_incomplete
+            assert any(f"gateway {cut.instance} forwarded a call to pod uid {old} after its StoppingAdmission completed" in v
+                       for v in srv.violations), srv.violations
     finally:
         m.undo()
