@@ -19,7 +19,7 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import budget, forward, gwmetrics, refusals, registrar, route
+from baton.gateway import budget, clients, forward, gwmetrics, refusals, registrar, route
 from baton.gateway import state as state_mod
 from baton.gateway import views as views_mod
 from baton.settings import GatewaySettings
@@ -137,14 +137,14 @@ class Proxy:
         target = route.parse_host(hosts[0], cluster_domain=self.settings.cluster_domain) if len(hosts) == 1 else None
         # --- who may call (tenant isolation; docs/gateway.md, "Who may call"): the caller's
         # namespace from its source address, never a header; a bare Host is a name in it.
-        client_ip = route.peer_ip(request.transport.get_extra_info("peername") if request.transport else None)
+        client_ip = clients.peer_ip(request.transport.get_extra_info("peername") if request.transport else None)
         if not self.views.addresses_listed.is_set():
             await self.views.wait_addresses_listed(CLIENT_VIEW_WAIT_SECONDS)  # at startup only
         client_namespace = self.views.namespace_of(client_ip)
         if target is None and len(hosts) == 1:
-            target = route.short_host(hosts[0], client_namespace=client_namespace)
+            target = clients.short_host(hosts[0], client_namespace=client_namespace)
         if target is not None:
-            denied = route.client_allowed(self.views.runtime(target.namespace, target.runtime),
+            denied = clients.client_allowed(self.views.runtime(target.namespace, target.runtime),
                                           client_namespace=client_namespace, client_ip=client_ip)
             if denied is not None:
                 return await self._refuse(request, denied, target=target, body=None, ticket=ticket)

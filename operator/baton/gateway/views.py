@@ -4,7 +4,7 @@ selected on the server by baton.dev/runtime, exactly as the operator lists them
 the runtime it concerns; `relist` lists everything again (after a lapse of the registration).
 
 A third view, of every pod in the watched namespaces, keeps only each pod's address(es) and
-namespace (``route.client_addresses``): who a caller is, from its source address (tenant
+namespace (``clients.client_addresses``): who a caller is, from its source address (tenant
 isolation, docs/gateway.md "Who may call").
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from baton.gateway import route
+from baton.gateway import clients, route
 
 from baton.cache import informer as informer_mod
 from baton.cache import store as store_mod
@@ -34,7 +34,7 @@ def pod_address(pod: dict[str, Any]) -> dict[str, Any]:
     and version, and the addresses that identify it as a caller; nothing else of it."""
     meta = pod.get("metadata") or {}
     return {"metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in meta},
-            "addresses": list(route.client_addresses(pod))}
+            "addresses": list(clients.client_addresses(pod))}
 
 
 class GatewayViews:

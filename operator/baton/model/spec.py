@@ -43,7 +43,7 @@ class ServicePort(base.Model):
 
 class ServiceClients(base.Model):
     """Who may call through the gateway besides pods of the runtime's own namespace (the gateway
-    reads it from the raw object: baton.gateway.route.client_allowed; docs/gateway.md)."""
+    reads it from the raw object: baton.gateway.clients.client_allowed; docs/gateway.md)."""
 
     namespaces: tuple[str, ...] = ()  # "*" alone: pods of any namespace
     cidrs: tuple[str, ...] = ()  # callers that are not pods (nodes, host-network ingress, outside)

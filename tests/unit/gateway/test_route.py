@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from baton.gateway import clients as callers
 from baton.gateway import route
 
 LOOP = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -262,7 +263,7 @@ def served(namespace: str = "b", clients: dict[str, Any] | None = None, *, gatew
     ({"cidrs": ["not-a-cidr", "127.0.0.0/8"]}, None, "127.0.0.1", True),  # a bad entry admits nothing, the rest still apply
 ])
 def test_client_allowed(clients: dict[str, Any] | None, client_ns: str | None, ip: str, allowed: bool) -> None:
-    refusal = route.client_allowed(served(clients=clients), client_namespace=client_ns, client_ip=ip)
+    refusal = callers.client_allowed(served(clients=clients), client_namespace=client_ns, client_ip=ip)
     if allowed:
         assert refusal is None
     else:
@@ -272,20 +273,20 @@ def test_client_allowed(clients: dict[str, Any] | None, client_ns: str | None, i
 
 
 def test_the_refusal_says_who_may_call_and_how_to_allow_it() -> None:
-    r = route.client_allowed(served(clients={"namespaces": ["c"], "cidrs": ["192.168.0.0/16"]}),
+    r = callers.client_allowed(served(clients={"namespaces": ["c"], "cidrs": ["192.168.0.0/16"]}),
                              client_namespace="a", client_ip="10.0.0.5")
     assert r is not None
     assert r.message == ("the caller at 10.0.0.5 is a pod of namespace a; b/tool admits pods of namespace b, "
                          "pods of namespace c, non-pod addresses in 192.168.0.0/16 (spec.service.clients): "
                          "add 'a' to spec.service.clients.namespaces to allow it")
-    r = route.client_allowed(served(), client_namespace=None, client_ip="203.0.113.9")
+    r = callers.client_allowed(served(), client_namespace=None, client_ip="203.0.113.9")
     assert r is not None and "no pod is known" in r.message and "spec.service.clients.cidrs" in r.message
 
 
 def test_a_runtime_the_gateway_does_not_serve_is_left_to_decide() -> None:
     """Absent or gateway off: decide() refuses it UnknownRuntime, whoever calls."""
-    assert route.client_allowed(None, client_namespace="a", client_ip="10.0.0.5") is None
-    assert route.client_allowed(served(gateway=False), client_namespace="a", client_ip="10.0.0.5") is None
+    assert callers.client_allowed(None, client_namespace="a", client_ip="10.0.0.5") is None
+    assert callers.client_allowed(served(gateway=False), client_namespace="a", client_ip="10.0.0.5") is None
 
 
 @pytest.mark.parametrize("host,client_ns,expected", [
@@ -304,7 +305,7 @@ def test_a_runtime_the_gateway_does_not_serve_is_left_to_decide() -> None:
 ])
 def test_short_host_is_resolved_in_the_callers_namespace(host: str, client_ns: str | None,
                                                          expected: tuple[str, str, int | None] | None) -> None:
-    t = route.short_host(host, client_namespace=client_ns)
+    t = callers.short_host(host, client_namespace=client_ns)
     assert (None if t is None else (t.namespace, t.runtime, t.port)) == expected
 
 
@@ -316,7 +317,7 @@ def test_short_host_is_resolved_in_the_callers_namespace(host: str, client_ns: s
     (None, ""), ("", ""), (("not-an-ip", 1), ""),
 ])
 def test_peer_ip(peername: Any, ip: str) -> None:
-    assert route.peer_ip(peername) == ip
+    assert callers.peer_ip(peername) == ip
 
 
 @pytest.mark.parametrize("pod,addresses", [
@@ -329,4 +330,4 @@ def test_peer_ip(peername: Any, ip: str) -> None:
     ({"status": {"phase": "Failed", "podIP": "10.0.0.7"}}, ()),
 ])
 def test_client_addresses(pod: dict[str, Any], addresses: tuple[str, ...]) -> None:
-    assert route.client_addresses(pod) == addresses
+    assert callers.client_addresses(pod) == addresses
