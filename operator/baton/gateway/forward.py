@@ -23,7 +23,7 @@ import yarl
 from aiohttp import web
 
 from baton.gateway import budget as budget_mod
-from baton.gateway import gwmetrics, http1, refusals, route
+from baton.gateway import gwmetrics, http1, refusals, route, sessions
 from baton.gateway import state as state_mod
 from baton.gateway import upstream as upstream_mod
 from baton.gateway import websocket as ws_mod
@@ -111,9 +111,10 @@ class Upstreams:
 
 async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, target: route.Target,
                   body: bytes | None, websocket: bool, headers: list[tuple[str, str]], outcome: str,
-                  held_since: float | None, ticket: budget_mod.Ticket) -> web.StreamResponse | None:
+                  held_since: float | None, ticket: budget_mod.Ticket,
+                  binding: sessions.Binding | None = None) -> web.StreamResponse | None:
     """Forward to `d`; None when the pod refused the connection before anything was sent (the
-    caller decides again)."""
+    caller decides again). `binding`: the session ids of the answer (baton.gateway.sessions)."""
     in_hand = body is not None or not request.body_exists  # else a streamed upload
     on_aiohttp = websocket or not in_hand or request.method == "HEAD"
     if on_aiohttp:
@@ -169,10 +170,19 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
             # Baton-Reason is the gateway's word alone: a pod's own is not passed on.
             back = route.end_to_end(answer.headers, also_drop=POD_DROP)
             sid = next((v for k, v in answer.headers if k.lower() == SESSION_HEADER_LOWER), None)
-            if sid and body is not None and is_initialize(body):
-                # Only the answer to an initialize that went through here issues a session: a pod
-                # that stamps ids on other answers cannot claim (or evict) another's sessions.
-                up.state.session_issued(target_key(target), sid, d.uid)
+            if sid:
+                client_sid = binding.answer_id(sid, namespace=target.namespace, runtime=target.runtime,
+                                               uid=d.uid) if binding is not None else None
+                if client_sid is not None:
+                    back = [(k, client_sid if k.lower() == SESSION_HEADER_LOWER else v) for k, v in back]
+                    if binding is not None and binding.initialize is not None:
+                        up.state.session_seen(sessions.fingerprint(client_sid), d.uid)
+                elif body is not None and is_initialize(body):
+                    # Only the answer to an initialize that went through here issues a session: a pod
+                    # that stamps ids on other answers cannot claim (or evict) another's sessions.
+                    up.state.session_issued(target_key(target), sid, d.uid)
+                    if binding is not None and binding.initialize is not None:
+                        gwmetrics.SESSIONS_REBOUND.labels(outcome="not_sealed").inc()
             if size is not None and size <= SMALL_BODY_BYTES and request.method != "HEAD":
                 # Counted once read whole: a small answer that failed is an UpstreamError
                 # refusal only, never also "forwarded".

@@ -50,6 +50,12 @@ UPSTREAM_ERRORS = prometheus_client.Counter(
 REGISTERED = prometheus_client.Gauge(
     "baton_gateway_forwarding", "1 while this replica forwards (registered, renewed within the margin, views listed).",
     registry=metrics.REGISTRY)
+SESSIONS_REBOUND = prometheus_client.Counter(
+    "baton_gateway_sessions_rebound_total",
+    "Handshake-era MCP sessions of a retired generation re-bound to the serving one (spec.service.sessions: Rebind), "
+    "by outcome: rebound (initialize replayed), failed (the replay failed: 404 SessionReplayFailed), not_sealed "
+    "(an initialize too large to keep in the session id: that session expires at a handoff).",
+    ["outcome"], registry=metrics.REGISTRY)
 HEADER_TIMEOUTS = prometheus_client.Counter(
     "baton_gateway_header_timeouts_total",
     "Connections closed because their request head was not complete within BATON_GATEWAY_HEADER_SECONDS.",

@@ -79,7 +79,7 @@ async def run(settings: GatewaySettings) -> int:
         reg = registrar.Registrar(namespace=settings.system_namespace, instance=settings.identity,
                                   admin=settings.admin_address, duration_seconds=settings.lease_seconds,
                                   relist=relist, on_change=st.wake_all, static_seconds=settings.static_seconds)
-        px = proxy.Proxy(settings=settings, views=vw, state=st, forwarding=reg.mode)
+        px = proxy.Proxy(settings=settings, views=vw, state=st, forwarding=reg.mode, admin_key=admin_key.key)
         await px.start()
         undo.push_async_callback(px.close)
 

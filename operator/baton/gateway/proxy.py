@@ -19,9 +19,10 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import budget, clients, forward, gwmetrics, refusals, registrar, route
+from baton.gateway import budget, clients, forward, gwmetrics, refusals, registrar, route, sessions
 from baton.gateway import state as state_mod
 from baton.gateway import views as views_mod
+from baton.model import names
 from baton.settings import GatewaySettings
 
 SESSION_HEADER = forward.SESSION_HEADER
@@ -50,8 +51,10 @@ def forwardable(*, held: bool, client_waiting: bool) -> bool:
 
 class Proxy:
     def __init__(self, *, settings: GatewaySettings, views: views_mod.GatewayViews, state: state_mod.State,
-                 forwarding: Callable[[], bool | registrar.Mode]) -> None:
+                 forwarding: Callable[[], bool | registrar.Mode], admin_key: Callable[[], bytes] | None = None) -> None:
         self.settings, self.views, self.state = settings, views, state
+        # Session ids are sealed under a key derived from the admin key: every replica reads them.
+        self.session_keys = sessions.Keys(admin_key)
         self._forwarding = forwarding
         self.shutting_down = False
         self.upstreams = forward.Upstreams(settings=settings, state=state)
@@ -175,6 +178,17 @@ class Proxy:
                     route.Reason.BAD_REQUEST, 0,
                     f"the request's body did not arrive whole within {self.settings.body_timeout_seconds:g}s"),
                     target=target, body=None)
+        # A session id this gateway sealed (spec.service.sessions: Rebind): re-bound below if
+        # its generation is gone. Any other id is the pod's own (Expire, or issued before).
+        sealed: sessions.Sealed | None = None
+        if session_id and sessions.is_sealed(session_id):
+            sealed = sessions.unseal(session_id, keys=self.session_keys.all(), namespace=target.namespace,
+                                     runtime=target.runtime)
+            if sealed is None:
+                return await self._refuse(request, route.Refuse(
+                    route.Reason.UNKNOWN_SESSION, 0,
+                    "session not found: its id does not verify here (issued for another runtime, or under a "
+                    "gateway admin key rotated since); start a new session"), target=target, body=body, ticket=ticket)
         held_since: float | None = None
         excluded: set[str] = set()
         try:
@@ -183,7 +197,7 @@ class Proxy:
                 d = self.decide(target, excluded)
                 if isinstance(d, route.Refuse):
                     return await self._refuse(request, d, target=target, body=body, ticket=ticket)
-                gone = self._session_gone(session_id, target, d)
+                gone = self._session_gone(session_id, target, d) if sealed is None else None
                 if gone is not None:
                     return await self._refuse(request, gone, target=target, body=body, ticket=ticket)
                 if isinstance(d, route.Forward):
@@ -191,10 +205,20 @@ class Proxy:
                     if not forwardable(held=held_since is not None, client_waiting=waiting):
                         raise ClientGone()  # a call nobody waits for is never run
                     outcome = "held_then_forwarded" if held_since is not None else "forwarded"
+                    send_headers, binding = headers, self._initialize_binding(target, body)
+                    if sealed is not None and session_id is not None:
+                        bound = await self._bind(request, sealed, session_id=session_id, target=target, d=d,
+                                                 headers=headers, body=body)
+                        if isinstance(bound, web.StreamResponse):
+                            return bound
+                        send_headers, binding = bound, sessions.Binding(client_id=session_id)
                     result = await forward.forward(self.upstreams, request, d, target=target, body=body,
-                                                   websocket=websocket, headers=headers, outcome=outcome,
-                                                   held_since=held_since, ticket=ticket)
+                                                   websocket=websocket, headers=send_headers, outcome=outcome,
+                                                   held_since=held_since, ticket=ticket, binding=binding)
                     if result is not None:
+                        if sealed is not None and session_id is not None and request.method == "DELETE":
+                            # The client ended its session: never re-bound after.
+                            self.state.rebinds.end((target.namespace, target.runtime, sessions.fingerprint(session_id)))
                         return result
                     # Connect refused before any byte went: wait a moment, decide again.
                     d = route.Hold(REFUSED_CONNECT)
@@ -266,6 +290,79 @@ class Proxy:
             route.Reason.TRANSITIONING, 1,
             f"no generation served within budgets.admissionSeconds={route.admission_seconds(runtime)} ({why})",
             _generation(runtime)), target=target, body=body)
+
+    # --- sessions (baton.gateway.sessions) ---------------------------------------------------
+    def _initialize_binding(self, target: route.Target, body: bytes | None) -> sessions.Binding | None:
+        """An initialize under Rebind: its answer's session id is sealed into the gateway's own."""
+        if body is None or not forward.is_initialize(body):
+            return None
+        if sessions.mode_of(self.views.runtime(target.namespace, target.runtime)) is not sessions.Mode.REBIND:
+            return None
+        return sessions.Binding(initialize=body, key=self.session_keys.current())
+
+    async def _bind(self, request: web.BaseRequest, sealed: sessions.Sealed, *, session_id: str, target: route.Target,
+                    d: route.Forward, headers: list[tuple[str, str]], body: bytes | None) -> list[tuple[str, str]] | web.Response:
+        """The call's headers under the backend session of the serving pod `d` (re-bound first if
+        the pod that issued the session is not `d`), or the answer when there is none."""
+        fp = sessions.fingerprint(session_id)
+        k = (target.namespace, target.runtime, fp)
+        if d.uid == sealed.pod_uid:
+            backend = sealed.backend
+        else:
+            found = self.state.rebinds.get(k, d.uid)
+            if found is not None:
+                backend = found
+            elif self.state.rebinds.is_ended(k):
+                return refusals.refusal(route.Refuse(route.Reason.UNKNOWN_SESSION, 0,
+                                                     "session not found: its client ended it (DELETE)", d.generation),
+                                        target=target, body=body)
+            elif sessions.mode_of(self.views.runtime(target.namespace, target.runtime)) is sessions.Mode.EXPIRE:
+                return refusals.refusal(route.Refuse(
+                    route.Reason.UNKNOWN_SESSION, 0,
+                    "session not found: the generation that issued it is gone (spec.service.sessions: Expire); "
+                    "start a new session", d.generation), target=target, body=body)
+            elif request.method == "DELETE":
+                # Its generation is gone, and with it the session: nothing to replay for an end.
+                self.state.rebinds.end(k)
+                resp = web.Response(status=204)
+                resp.headers[names.HEADER_GENERATION] = str(d.generation)
+                return resp
+            else:
+                try:
+                    backend = await self._rebind(k, sealed, d=d, path=request.raw_path, headers=headers)
+                except sessions.ReplayFailed as exc:
+                    return refusals.refusal(route.Refuse(
+                        route.Reason.SESSION_REPLAY_FAILED, 0,
+                        f"session not found: re-binding it on generation {d.generation} failed: {exc}", d.generation),
+                        target=target, body=body)
+        self.state.session_seen(fp, d.uid)
+        return sessions.with_session(headers, backend)
+
+    async def _rebind(self, k: tuple[str, str, str], sealed: sessions.Sealed, *, d: route.Forward, path: str,
+                      headers: list[tuple[str, str]]) -> str:
+        """The backend id of session `k` on pod `d`, replayed once: calls of the same session that
+        arrive meanwhile wait for that replay (it runs on even if the call that began it goes)."""
+        assert self.pool is not None
+        flight = (*k, d.uid)
+        task = self.state.rebinds.replaying.get(flight)
+        if task is None:
+            async def replay() -> str:
+                try:
+                    backend = await sessions.replay(self.pool, pod=(d.uid, d.ip, d.port), path=path, headers=headers,
+                                                    initialize=sealed.initialize,
+                                                    connect_timeout=self.settings.connect_timeout_seconds)
+                except sessions.ReplayFailed:
+                    gwmetrics.SESSIONS_REBOUND.labels(outcome="failed").inc()
+                    raise
+                finally:
+                    self.state.rebinds.replaying.pop(flight, None)
+                gwmetrics.SESSIONS_REBOUND.labels(outcome="rebound").inc()
+                self.state.rebinds.put(k, d.uid, backend)
+                return backend
+            task = self.state.rebinds.replaying[flight] = asyncio.ensure_future(replay())
+            # Its failure is each waiting call's answer; with none left waiting, nobody's.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(task)
 
     def _session_gone(self, session_id: str | None, target: route.Target, d: route.Decision) -> route.Refuse | None:
         """An Mcp-Session-Id that a pod of this runtime issued, which cannot answer it any more

@@ -35,13 +35,14 @@ class Reason(str, enum.Enum):
     TOO_LARGE = "RequestTooLarge"  # 413: a held call's body over the cap
     GATEWAY_SHUTDOWN = "GatewayShutdown"
     UNKNOWN_SESSION = "UnknownSession"  # 404: an Mcp-Session-Id a generation now gone issued
+    SESSION_REPLAY_FAILED = "SessionReplayFailed"  # 404: re-binding the session on the serving pod failed
     BAD_REQUEST = "BadRequest"  # 400: smuggling, a bad Host
     UPSTREAM_ERROR = "UpstreamError"  # 502: the pod failed mid-call
     CLIENT_NOT_ALLOWED = "ClientNotAllowed"  # 403: the caller is outside spec.service.clients
 
 
 STATUS = {
-    Reason.UNKNOWN_RUNTIME: 404, Reason.UNKNOWN_SESSION: 404, Reason.TOO_LARGE: 413,
+    Reason.UNKNOWN_RUNTIME: 404, Reason.UNKNOWN_SESSION: 404, Reason.SESSION_REPLAY_FAILED: 404, Reason.TOO_LARGE: 413,
     Reason.BAD_REQUEST: 400, Reason.UPSTREAM_ERROR: 502, Reason.CLIENT_NOT_ALLOWED: 403,
 }
 

@@ -5,7 +5,8 @@ All bounded: sealed UIDs (SEALED_PER_RUNTIME per runtime and SEALED_CAP in all; 
 the seal of a pod already out of the view is evicted, never that of a pod still in it: with none
 to evict the new seal is refused, SealRefused, and the operator asks again; an entry also goes
 once its pod has been out of the view for SEALED_FORGET_SECONDS), sessions (SESSIONS_CAP, least
-recently used first).
+recently used first), the re-bindings of sealed session ids (baton.gateway.sessions.Rebinds) and
+the sessions seen per pod (SESSIONS_SEEN_CAP, least recently used first).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from typing import Callable
 
 from baton.gateway import gwmetrics
+from baton.gateway import sessions as sessions_mod
 from baton.gateway import streams as streams_mod
 
 Key = tuple[str, str]  # (namespace, runtime)
@@ -27,6 +29,10 @@ SEALED_PER_RUNTIME = 16
 SEALED_CAP = 16384
 SEALED_FORGET_SECONDS = 600.0
 SESSIONS_CAP = 65536
+# Sessions (by fingerprint) this replica forwarded, with the pod each last went to: the operator
+# counts them per retiring pod (GET /v1/inflight); at most SESSIONS_SEEN_REPORTED in one answer.
+SESSIONS_SEEN_CAP = 65536
+SESSIONS_SEEN_REPORTED = 4096
 
 
 class SealRefused(Exception):
@@ -41,6 +47,9 @@ class State:
         self.inflight: collections.Counter[str] = collections.Counter()
         # (namespace, runtime, session id) -> the pod uid that answered its initialize
         self.sessions: collections.OrderedDict[tuple[str, str, str], str] = collections.OrderedDict()
+        self.rebinds = sessions_mod.Rebinds()
+        # session fingerprint -> the pod uid it was last forwarded to (baton.gateway.sessions)
+        self.session_pods: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._wake: dict[Key, asyncio.Event] = {}
         self.held: collections.Counter[Key] = collections.Counter()
         # The ledger's totals (baton.gateway.budget): calls held in all, request-body bytes in memory.
@@ -130,3 +139,21 @@ class State:
 
     def session_uid(self, key: Key, session: str) -> str | None:
         return self.sessions.get((key[0], key[1], session))
+
+    def session_seen(self, fingerprint: str, uid: str) -> None:
+        if self.session_pods.get(fingerprint) != uid:
+            self.session_pods[fingerprint] = uid
+        self.session_pods.move_to_end(fingerprint)
+        while len(self.session_pods) > SESSIONS_SEEN_CAP:
+            self.session_pods.popitem(last=False)
+
+    def sessions_seen(self, uid: str) -> list[str]:
+        """Fingerprints of the sessions last forwarded to pod `uid` (most recent first, at most
+        SESSIONS_SEEN_REPORTED)."""
+        seen: list[str] = []
+        for fp, pod in reversed(self.session_pods.items()):
+            if pod == uid:
+                seen.append(fp)
+                if len(seen) >= SESSIONS_SEEN_REPORTED:
+                    break
+        return seen

@@ -54,6 +54,9 @@ class ServiceSpec(base.Model):
     session_affinity: str = "ClientIP"
     gateway: bool = False  # routed through the Baton gateway (DESIGN.md, "Gateway")
     clients: ServiceClients = pydantic.Field(default_factory=ServiceClients)
+    # Handshake-era MCP sessions at a handoff: Rebind (replayed on the serving generation by the
+    # gateway) or Expire (404); the gateway reads it from the raw object (baton.gateway.sessions).
+    sessions: str = "Rebind"
 
 
 class HttpGet(base.Model):

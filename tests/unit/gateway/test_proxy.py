@@ -150,7 +150,9 @@ def test_hold_bound_caps_and_sessions() -> None:
         vw = views.GatewayViews(namespaces=(NS,), state=st)
         seen: list[int] = []
         b1, p1 = await backend(1, seen, session="sess-1")
-        vw.runtimes.apply(runtime(gen=1, uid="u1", admission=1))
+        expire = runtime(gen=1, uid="u1", admission=1)
+        expire["spec"]["service"]["sessions"] = "Expire"  # the pod's own ids, a 404 once it is gone
+        vw.runtimes.apply(expire)
         vw.pods.apply(pod("u1", p1))
         px, gw, port = await gateway(vw, st, max_held_per_runtime=1, max_held_body_bytes=1024)
         try:
