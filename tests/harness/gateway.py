@@ -7,9 +7,14 @@ plays ({"gen": g}); the JSON-RPC method ``slow`` sleeps ``params.seconds`` first
 issues an ``Mcp-Session-Id``; ``GET /sse`` streams ``count`` server-sent events ``gap`` seconds
 apart. Every request is recorded. Loopback only, bounded (threads are daemons, each request at
 most 60 s, ``stop()`` closes everything).
+
+Opt-in (``McpSessions``, passed to ToolServer or ToolFleet): the tool keeps MCP sessions in its
+memory as a handshake-era (2025-11-25) server does, so a new pod knows none of N's
+(``ToolServer`` docstring: what it answers).
 """
 from __future__ import annotations
 
+import enum
 import http.client
 import json
 import os
@@ -186,13 +191,74 @@ def raw_call(port: int, request: bytes, timeout: float = 10) -> bytes:
         return out
 
 
-class ToolServer:
-    """One generation's tool on `ip`:`port` (loopback only)."""
+class InitializeFailure(str, enum.Enum):
+    """How a session-keeping tool fails an `initialize` (McpSessions.fail_initialize)."""
 
-    def __init__(self, ip: str, port: int, generation: int, *, uid: str = "") -> None:
+    HTTP_500 = "http-500"  # 500 with a JSON-RPC error body
+    JSONRPC_ERROR = "jsonrpc-error"  # 200 with a JSON-RPC error (no session issued)
+
+
+@dataclass
+class McpSessions:
+    """The opt-in session mode of ToolServer: one object a test shares with every server of a
+    fleet and may change while they run (read at each request).
+
+    `sse`: answer `initialize` as `text/event-stream` (one `event: message` with the JSON-RPC
+    answer, CRLF line ends, then the stream ends), as the official Python SDK's server does by
+    default. `fail_initialize`: every `initialize` fails that way (no session issued)."""
+
+    sse: bool = False
+    fail_initialize: InitializeFailure | None = None
+
+
+SESSION_NOT_FOUND = -32001  # the JSON-RPC error code of the 404 for an unknown session
+
+
+@dataclass
+class Stateless:
+    """The opt-in 2026-07-28 mode of ToolServer (set `ToolServer.stateless` or `ToolFleet.stateless`;
+    read at each request). `tools/list` answers a result with `ttlMs` = `ttl_ms` (as JSON, or as
+    one SSE event with `list_sse`). `subscriptions/listen` answers an SSE stream as the official
+    Python SDK's server does: the acknowledgement first (stamped with the listen id), then a
+    `: ping` comment every `ping_seconds` until the client leaves (recorded "listen_end":
+    "client") or `listen_seconds` pass (then the listen's result, the graceful end: "server")."""
+
+    ttl_ms: int = 3_600_000
+    list_sse: bool = False
+    ping_seconds: float = 0.5
+    listen_seconds: float = 60.0
+
+
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+
+
+def sse_event(doc: Any) -> bytes:
+    return b"event: message\r\ndata: " + json.dumps(doc).encode() + b"\r\n\r\n"
+
+
+class ToolServer:
+    """One generation's tool on `ip`:`port` (loopback only). `stateless` (Stateless): opt-in.
+
+    With `sessions` (McpSessions) it keeps MCP sessions as a 2025-11-25 server does, in this
+    server's memory only (a new pod knows none of another's): POST `initialize` answers a result
+    (protocolVersion, capabilities, serverInfo) with a new `Mcp-Session-Id` ("g<gen>-<hex>");
+    every other POST, GET and DELETE must carry a live one: none -> 400, unknown -> 404 (both
+    with a JSON-RPC error body); a notification (no `id`) -> 202; DELETE ends the session (200)
+    and records it in `ended`; other answers echo the session id and carry it in the result
+    ({"gen", "ip", "session"}). Each recorded request also has "session" (the id it carried),
+    "rpc" (the JSON-RPC method), "status" and "issued" (the id an initialize issued)."""
+
+    stateless: Stateless | None = None
+
+    def __init__(self, ip: str, port: int, generation: int, *, uid: str = "",
+                 sessions: McpSessions | None = None) -> None:
         self.ip, self.port, self.generation, self.uid = assert_loopback(ip), port, generation, uid
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
+        self.sessions = sessions
+        self.live: set[str] = set()  # the sessions this process remembers
+        self.issued: list[str] = []  # every session id it issued, in order
+        self.ended: list[str] = []  # the sessions a DELETE ended, in order
         tool = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -218,9 +284,146 @@ class ToolServer:
             def _record(self, body: bytes) -> dict[str, Any]:
                 entry = {"path": self.path, "method": self.command, "gen": tool.generation, "body": body,
                          "headers": dict(self.headers.items()), "at": time.monotonic()}
+                if tool.sessions is not None:
+                    try:
+                        msg = json.loads(body) if body else {}
+                    except ValueError:
+                        msg = {}
+                    entry.update(session=self.headers.get("Mcp-Session-Id"),
+                                 rpc=msg.get("method") if isinstance(msg, dict) else None, status=None, issued=None)
                 with tool.lock:
                     tool.requests.append(entry)
                 return entry
+
+            def _answer(self, entry: dict[str, Any], status: int, doc: Any, *, session: str | None = None,
+                        sse: bool = False) -> None:
+                """One whole answer (JSON, or one SSE event on a chunked stream that then ends);
+                `doc` None: no body."""
+                with tool.lock:
+                    entry["status"] = status
+                self.send_response(status)
+                if session is not None:
+                    self.send_header("Mcp-Session-Id", session)
+                if doc is None:
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                if sse:
+                    event = b"event: message\r\ndata: " + json.dumps(doc).encode() + b"\r\n\r\n"
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.end_headers()
+                    self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(event), event))
+                    return
+                out = json.dumps(doc).encode()
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def _session_of(self, entry: dict[str, Any], rid: Any) -> str | None:
+                """The live session the request carries, or None once it was answered 400/404."""
+                sid = self.headers.get("Mcp-Session-Id")
+                if not sid:
+                    self._answer(entry, 400, {"jsonrpc": "2.0", "id": rid, "error": {
+                        "code": -32600, "message": "Bad Request: Mcp-Session-Id header is required"}})
+                    return None
+                with tool.lock:
+                    known = sid in tool.live
+                if not known:
+                    self._answer(entry, 404, {"jsonrpc": "2.0", "id": rid, "error": {
+                        "code": SESSION_NOT_FOUND, "message": "Session not found"}})
+                    return None
+                return sid
+
+            def _session_post(self, entry: dict[str, Any], msg: Any, mode: McpSessions) -> None:
+                msg = msg if isinstance(msg, dict) else {}
+                rid, gen = msg.get("id"), tool.generation
+                if msg.get("method") == "initialize":
+                    failure = mode.fail_initialize
+                    if failure is InitializeFailure.HTTP_500:
+                        self._answer(entry, 500, {"jsonrpc": "2.0", "id": rid, "error": {
+                            "code": -32603, "message": f"initialize failed on generation {gen} (test tool)"}})
+                        return
+                    if failure is InitializeFailure.JSONRPC_ERROR:
+                        self._answer(entry, 200, {"jsonrpc": "2.0", "id": rid, "error": {
+                            "code": -32602, "message": f"unsupported protocol version (generation {gen}, test tool)"}},
+                            sse=mode.sse)
+                        return
+                    new_sid = f"g{gen}-{uuid.uuid4().hex}"
+                    with tool.lock:
+                        tool.live.add(new_sid)
+                        tool.issued.append(new_sid)
+                        entry["issued"] = new_sid
+                    params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
+                    result = {"protocolVersion": params.get("protocolVersion") or "2025-11-25",
+                              "capabilities": {"tools": {"listChanged": False}},
+                              "serverInfo": {"name": "baton-test-tool", "version": str(gen)}}
+                    self._answer(entry, 200, {"jsonrpc": "2.0", "id": rid, "result": result}, session=new_sid, sse=mode.sse)
+                    return
+                sid = self._session_of(entry, rid)
+                if sid is None:
+                    return
+                if "id" not in msg:  # a notification (notifications/initialized among them) or a response
+                    self._answer(entry, 202, None, session=sid)
+                    return
+                if msg.get("method") == "slow":
+                    time.sleep(min(30.0, float((msg.get("params") or {}).get("seconds", 1))))
+                self._answer(entry, 200, {"jsonrpc": "2.0", "id": rid, "result": {"gen": gen, "ip": tool.ip, "session": sid}},
+                             session=sid)
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+
+            def _stateless_post(self, entry: dict[str, Any], msg: Any, mode: Stateless) -> bool:
+                """A `tools/list` or `subscriptions/listen` answered (True), else False."""
+                msg = msg if isinstance(msg, dict) else {}
+                rid, method = msg.get("id"), msg.get("method")
+                if method == "tools/list":
+                    doc = {"jsonrpc": "2.0", "id": rid, "result": {
+                        "ttlMs": mode.ttl_ms, "cacheScope": "private", "resultType": "complete",
+                        "tools": [{"name": f"g{tool.generation}", "inputSchema": {"type": "object"}}]}}
+                    if mode.list_sse:
+                        self.send_response(200)
+                        self.send_header("Content-Type", "text/event-stream")
+                        self.send_header("Transfer-Encoding", "chunked")
+                        self.end_headers()
+                        self._chunk(sse_event(doc))
+                        self.wfile.write(b"0\r\n\r\n")
+                        return True
+                    out = json.dumps(doc).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(out)))
+                    self.end_headers()
+                    self.wfile.write(out)
+                    return True
+                if method != "subscriptions/listen":
+                    return False
+                meta = {SUBSCRIPTION_ID: rid}
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                notifications = (msg.get("params") or {}).get("notifications") or {}
+                deadline = time.monotonic() + min(60.0, mode.listen_seconds)
+                try:
+                    self._chunk(sse_event({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                                           "params": {"notifications": notifications, "_meta": meta}}))
+                    while time.monotonic() < deadline:
+                        time.sleep(mode.ping_seconds)
+                        self._chunk(b": ping\r\n\r\n")
+                    self._chunk(sse_event({"jsonrpc": "2.0", "id": rid, "result": {"_meta": meta, "resultType": "complete"}}))
+                    self.wfile.write(b"0\r\n\r\n")
+                    end = "server"
+                except OSError:
+                    end = "client"
+                    self.close_connection = True
+                with tool.lock:
+                    entry.update(listen_end=end, ended_at=time.monotonic())
+                return True
 
             def do_POST(self) -> None:
                 body = self._body()
@@ -229,6 +432,13 @@ class ToolServer:
                     msg = json.loads(body)
                 except ValueError:
                     msg = {}
+                stateless = tool.stateless
+                if stateless is not None and self._stateless_post(entry, msg, stateless):
+                    return
+                mode = tool.sessions
+                if mode is not None:
+                    self._session_post(entry, msg, mode)
+                    return
                 gen = entry["gen"]
                 if msg.get("method") == "slow":
                     time.sleep(min(30.0, float((msg.get("params") or {}).get("seconds", 1))))
@@ -242,8 +452,23 @@ class ToolServer:
                 self.end_headers()
                 self.wfile.write(out)
 
+            def do_DELETE(self) -> None:
+                if tool.sessions is None:
+                    self.send_error(501, "Unsupported method ('DELETE')")  # as without this method
+                    return
+                entry = self._record(self._body())
+                sid = self._session_of(entry, None)
+                if sid is None:
+                    return
+                with tool.lock:
+                    tool.live.discard(sid)
+                    tool.ended.append(sid)
+                self._answer(entry, 200, None)
+
             def do_GET(self) -> None:
                 entry = self._record(b"")
+                if tool.sessions is not None and self._session_of(entry, None) is None:
+                    return
                 q = parse_qs(urlparse(self.path).query)
                 count, gap = min(20, int(q.get("count", ["3"])[0])), min(5.0, float(q.get("gap", ["0.3"])[0]))
                 self.send_response(200)
@@ -271,6 +496,17 @@ class ToolServer:
         with self.lock:
             return len(self.requests)
 
+    def seen(self, *, rpc: str | None = None, method: str | None = None) -> list[dict[str, Any]]:
+        """The requests recorded so far (a copy), those of JSON-RPC method `rpc` / HTTP `method` only when given."""
+        with self.lock:
+            return [dict(e) for e in self.requests
+                    if (rpc is None or e.get("rpc") == rpc) and (method is None or e["method"] == method)]
+
+    def forget(self, session: str) -> None:
+        """Forget a session, as a server that lost it would (its next request gets 404)."""
+        with self.lock:
+            self.live.discard(session)
+
     def stop(self) -> None:
         """Stop accepting (idempotent); requests already in, on their threads, finish."""
         if self.stopped:
@@ -284,11 +520,15 @@ class ToolServer:
 class ToolFleet:
     """Follows a runtime's pods (a watch in a thread) and keeps a ToolServer on each pod's IP
     playing its generation; it stops accepting once the pod is being deleted. `servers`: every
-    one started."""
+    one started. `stateless` (set before the pods start): each server's Stateless mode."""
 
-    def __init__(self, api: client.ApiClient, namespace: str, runtime: str, port: int = 8080) -> None:
+    stateless: Stateless | None = None
+
+    def __init__(self, api: client.ApiClient, namespace: str, runtime: str, port: int = 8080, *,
+                 sessions: McpSessions | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.namespace, self.runtime, self.port = namespace, runtime, port
+        self.sessions = sessions  # every server's session mode (one object: a test may change it)
         self.by_ip: dict[str, ToolServer] = {}
         self.servers: list[ToolServer] = []
         self.lock = threading.Lock()
@@ -314,7 +554,8 @@ class ToolFleet:
                 return
             if any(s.uid == uid for s in self.servers):
                 return  # already retired
-            server = ToolServer(ip, self.port, int(gen_text), uid=uid)
+            server = ToolServer(ip, self.port, int(gen_text), uid=uid, sessions=self.sessions)
+            server.stateless = self.stateless
             self.by_ip[ip] = server
             self.servers.append(server)
 

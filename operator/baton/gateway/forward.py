@@ -16,13 +16,14 @@ import collections
 import json
 import logging
 import time
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable, Mapping
 
 import aiohttp
 import yarl
 from aiohttp import web
 
 from baton.gateway import budget as budget_mod
+from baton.gateway import listing
 from baton.gateway import gwmetrics, http1, refusals, route, sessions
 from baton.gateway import state as state_mod
 from baton.gateway import upstream as upstream_mod
@@ -81,6 +82,9 @@ class Upstreams:
         # Calls on aiohttp's client now, per pod UID: counted here so that one at the per-pod
         # bound is refused at once (aiohttp's own wait cannot be told from a slow connect).
         self.streamed: collections.Counter[str] = collections.Counter()
+        # The runtime as the views show it (the proxy sets it): whether an answer's ttlMs is
+        # capped (baton.gateway.listing.ttl_capped). None: never capped.
+        self.runtime_of: Callable[[str, str], Mapping[str, Any] | None] = lambda _namespace, _name: None
 
     async def start(self) -> None:
         s = self.settings
@@ -253,9 +257,21 @@ async def _answer_streamed(up: Upstreams, request: web.BaseRequest, answer: upst
         resp.headers.add(k, v)
     resp.headers[names.HEADER_GENERATION] = str(d.generation)
     await resp.prepare(request)
+    media = listing.media_type(answer.headers)
+    # A subscriptions/listen answer (MCP 2026-07-28) is the client's event stream, no call: ended
+    # at the seal the specification's way, between two events (baton.gateway.listing).
+    listen = listing.listen_id(await _body_read(request)) if media == "text/event-stream" else None
+    cursor = listing.SseCursor()
+
+    def end_listen() -> None:
+        if cursor.at_boundary:
+            answer.cut()  # else the loop ends it once the event under way has passed
+
     # A GET's stream carries no call (MCP's server-to-client stream): ended at the seal once
     # quiet (baton.gateway.streams), by closing the pod's side; the client's then ends cleanly.
-    opened = up.state.streams.open(d.uid, answer.cut) if request.method == "GET" else None
+    opened = up.state.streams.open(d.uid, answer.cut) if request.method == "GET" else (
+        up.state.streams.open(d.uid, end_listen, at_seal=True) if listen is not None else None)
+    capper = listing.ttl_cap_for(media, cap_ms=listing.TRANSITION_TTL_MS) if listen is None and _ttl_capped(up, d, target) else None
     clock = up.state.streams.clock
     try:
         while True:
@@ -274,6 +290,26 @@ async def _answer_streamed(up: Upstreams, request: web.BaseRequest, answer: upst
             if opened is not None:
                 opened.last = clock()
             try:
+                if listen is not None and opened is not None and opened.ended:
+                    upto = cursor.until_boundary(chunk)
+                    if upto is not None:
+                        # The event under way has passed: the listen's result, then the end.
+                        async with asyncio.timeout(idle):
+                            await resp.write(chunk[:upto] + listing.listen_end_frame(listen))
+                        await resp.write_eof()
+                        answer.cut()
+                        return resp
+                elif listen is not None:
+                    cursor.feed(chunk)
+                if capper is not None and chunk:
+                    chunk = capper.feed(chunk)
+                    if not chunk:
+                        continue  # held until its line (SSE) or the whole answer (JSON) is in
+                elif capper is not None:
+                    tail, capper = capper.flush(), None  # the answer's end: what was held
+                    if tail:
+                        async with asyncio.timeout(idle):
+                            await resp.write(tail)
                 if not chunk:
                     await resp.write_eof()
                     return resp
@@ -287,6 +323,18 @@ async def _answer_streamed(up: Upstreams, request: web.BaseRequest, answer: upst
     finally:
         if opened is not None:
             up.state.streams.close(opened)
+
+
+async def _body_read(request: web.BaseRequest) -> bytes:
+    """The call's body if it was read whole (aiohttp keeps it: read() again costs nothing), else
+    b"" (a streamed upload: never read here)."""
+    if request.method != "POST" or not request.content.is_eof():
+        return b""
+    return await request.read()
+
+
+def _ttl_capped(up: Upstreams, d: route.Forward, target: route.Target) -> bool:
+    return listing.ttl_capped(up.runtime_of(target.namespace, target.runtime), pod_sealed=d.uid in up.state.sealed)
 
 
 async def _answer_whole(up: Upstreams, request: web.BaseRequest, answer: upstream_mod.Answer,
@@ -303,6 +351,9 @@ async def _answer_whole(up: Upstreams, request: web.BaseRequest, answer: upstrea
                                              f"the pod of generation {d.generation} failed: {type(exc).__name__}",
                                              d.generation), target=target, body=None)
     gwmetrics.calls(outcome, "").inc()
+    if b'"ttlMs"' in data and _ttl_capped(up, d, target):
+        # A list cached from N outlives the handoff no longer than TRANSITION_TTL_MS.
+        data = listing.cap_ttl_whole(data, media=listing.media_type(answer.headers), cap_ms=listing.TRANSITION_TTL_MS)
     resp = web.Response(status=answer.status, reason=answer.reason or None, body=data)
     for k, v in back:
         if k.lower() != "content-length":

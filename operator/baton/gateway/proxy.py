@@ -58,6 +58,7 @@ class Proxy:
         self._forwarding = forwarding
         self.shutting_down = False
         self.upstreams = forward.Upstreams(settings=settings, state=state)
+        self.upstreams.runtime_of = views.runtime  # an answer's ttlMs is capped in a transition
         gwmetrics.watch_buffered_bytes(lambda: float(state.buffered_bytes))
         self.ledger = budget.Ledger(state=state, max_held_per_runtime=settings.max_held_per_runtime,
                                     max_held_total=settings.max_held_total,
@@ -206,15 +207,19 @@ class Proxy:
                         raise ClientGone()  # a call nobody waits for is never run
                     outcome = "held_then_forwarded" if held_since is not None else "forwarded"
                     send_headers, binding = headers, self._initialize_binding(target, body)
+                    result: web.StreamResponse | None = None
+                    replay_refused = False  # the pod refused the replay's connection: decided again
                     if sealed is not None and session_id is not None:
                         bound = await self._bind(request, sealed, session_id=session_id, target=target, d=d,
                                                  headers=headers, body=body)
                         if isinstance(bound, web.StreamResponse):
                             return bound
-                        send_headers, binding = bound, sessions.Binding(client_id=session_id)
-                    result = await forward.forward(self.upstreams, request, d, target=target, body=body,
-                                                   websocket=websocket, headers=send_headers, outcome=outcome,
-                                                   held_since=held_since, ticket=ticket, binding=binding)
+                        replay_refused = bound is None
+                        send_headers, binding = (bound or headers), sessions.Binding(client_id=session_id)
+                    if not replay_refused:
+                        result = await forward.forward(self.upstreams, request, d, target=target, body=body,
+                                                       websocket=websocket, headers=send_headers, outcome=outcome,
+                                                       held_since=held_since, ticket=ticket, binding=binding)
                     if result is not None:
                         if sealed is not None and session_id is not None and request.method == "DELETE":
                             # The client ended its session: never re-bound after.
@@ -301,9 +306,11 @@ class Proxy:
         return sessions.Binding(initialize=body, key=self.session_keys.current())
 
     async def _bind(self, request: web.BaseRequest, sealed: sessions.Sealed, *, session_id: str, target: route.Target,
-                    d: route.Forward, headers: list[tuple[str, str]], body: bytes | None) -> list[tuple[str, str]] | web.Response:
+                    d: route.Forward, headers: list[tuple[str, str]],
+                    body: bytes | None) -> list[tuple[str, str]] | web.Response | None:
         """The call's headers under the backend session of the serving pod `d` (re-bound first if
-        the pod that issued the session is not `d`), or the answer when there is none."""
+        the pod that issued the session is not `d`), the answer when there is none, or None when
+        the pod refused the replay's connection (decided again, as a refused forward is)."""
         fp = sessions.fingerprint(session_id)
         k = (target.namespace, target.runtime, fp)
         if d.uid == sealed.pod_uid:
@@ -330,6 +337,11 @@ class Proxy:
             else:
                 try:
                     backend = await self._rebind(k, sealed, d=d, path=request.raw_path, headers=headers)
+                except sessions.ReplayNotConnected:
+                    return None
+                except sessions.ReplayBusy as exc:
+                    return refusals.refusal(route.Refuse(route.Reason.OVERLOADED, 1, str(exc), d.generation),
+                                            target=target, body=body)
                 except sessions.ReplayFailed as exc:
                     return refusals.refusal(route.Refuse(
                         route.Reason.SESSION_REPLAY_FAILED, 0,
@@ -351,6 +363,8 @@ class Proxy:
                     backend = await sessions.replay(self.pool, pod=(d.uid, d.ip, d.port), path=path, headers=headers,
                                                     initialize=sealed.initialize,
                                                     connect_timeout=self.settings.connect_timeout_seconds)
+                except (sessions.ReplayBusy, sessions.ReplayNotConnected):
+                    raise  # nothing was sent: not a failure of the session
                 except sessions.ReplayFailed:
                     gwmetrics.SESSIONS_REBOUND.labels(outcome="failed").inc()
                     raise

@@ -161,6 +161,14 @@ class ReplayFailed(Exception):
     """The serving pod did not take the replayed initialize (the message says why)."""
 
 
+class ReplayBusy(ReplayFailed):
+    """No upstream connection to the pod was free (this replica's bound): nothing was sent."""
+
+
+class ReplayNotConnected(ReplayFailed):
+    """The pod refused the connection before anything was sent (its server not listening yet)."""
+
+
 def initialize_result(body: bytes, *, content_type: str) -> dict[str, object]:
     """The result of an initialize answer, JSON or an event stream (the first JSON-RPC response
     in it); ReplayFailed if it is an error or there is none."""
@@ -234,7 +242,7 @@ class Rebinds:
 
 # Set here on the replayed requests, whatever the client's call carried.
 REPLAY_DROP = frozenset({"mcp-session-id", "mcp-protocol-version", "content-length", "content-type", "accept",
-                         "expect", "last-event-id", "x-forwarded-for", "forwarded"})
+                         "accept-encoding", "expect", "last-event-id", "x-forwarded-for", "forwarded"})
 INITIALIZED = b'{"jsonrpc":"2.0","method":"notifications/initialized"}'
 
 
@@ -285,8 +293,10 @@ async def replay(pool: http1.Pool, *, pod: http1.Key, path: str, headers: list[t
     except TimeoutError:
         raise ReplayFailed(f"the serving pod did not complete initialize within {REPLAY_SECONDS:g}s") from None
     except http1.PoolBusy as exc:
-        raise ReplayFailed(f"no connection to the serving pod free: {exc}") from None
-    except (http1.ConnectFailed, http1.UpstreamFailed, ConnectionError) as exc:
+        raise ReplayBusy(f"no connection to the serving pod free: {exc}") from None
+    except http1.ConnectFailed as exc:
+        raise ReplayNotConnected(f"the serving pod refused the connection: {exc}") from None
+    except (http1.UpstreamFailed, ConnectionError) as exc:
         raise ReplayFailed(f"the serving pod failed the replayed initialize: {type(exc).__name__}: {exc}") from None
 
 

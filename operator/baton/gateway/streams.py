@@ -8,6 +8,11 @@ is sealed, a stream that carried nothing for `idle_seconds` is ended (an event s
 WebSocket with close code 1012 Service Restart), so its client reconnects, to the next generation.
 A stream busy at the seal is ended once it has been quiet that long; calls (POSTs, whose answers
 may stream too) are never ended: the drain waits for them.
+
+One POST is no call once answered: `subscriptions/listen` (MCP 2026-07-28), whose answer is the
+client's event stream. It is opened `at_seal`: ended at the seal however recently it carried a
+byte, its forwarder ending it the specification's way, between two events
+(baton.gateway.listing), and its client listens again, on the next generation.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ from typing import Callable, Container
 
 
 class OpenStream:
-    __slots__ = ("uid", "last", "end", "ended")
+    __slots__ = ("uid", "last", "end", "ended", "at_seal")
 
-    def __init__(self, uid: str, end: Callable[[], None], now: float) -> None:
+    def __init__(self, uid: str, end: Callable[[], None], now: float, *, at_seal: bool = False) -> None:
         self.uid = uid
         self.last = now  # when it last carried a byte, either way
         self.end = end
         self.ended = False
+        self.at_seal = at_seal  # ended once its pod is sealed, quiet or not (a listen stream)
 
 
 class Streams:
@@ -31,8 +37,8 @@ class Streams:
         self.clock = clock
         self.by_uid: dict[str, set[OpenStream]] = {}
 
-    def open(self, uid: str, end: Callable[[], None]) -> OpenStream:
-        s = OpenStream(uid, end, self.clock())
+    def open(self, uid: str, end: Callable[[], None], *, at_seal: bool = False) -> OpenStream:
+        s = OpenStream(uid, end, self.clock(), at_seal=at_seal)
         self.by_uid.setdefault(uid, set()).add(s)
         return s
 
@@ -44,14 +50,15 @@ class Streams:
                 del self.by_uid[s.uid]
 
     def end_idle(self, *, sealed: Container[str], idle_seconds: float) -> int:
-        """End every open stream of a sealed pod that carried nothing for `idle_seconds`; how many."""
+        """End every open stream of a sealed pod that carried nothing for `idle_seconds`, and
+        every one opened `at_seal`; how many."""
         now = self.clock()
         ended = 0
         for uid, mine in list(self.by_uid.items()):
             if uid not in sealed:
                 continue
             for s in list(mine):
-                if not s.ended and now - s.last >= idle_seconds:
+                if not s.ended and (s.at_seal or now - s.last >= idle_seconds):
                     s.ended = True
                     s.end()
                     ended += 1
