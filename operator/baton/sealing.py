@@ -9,7 +9,9 @@ gateways), and only at its step:
 - Draining: the calls still in flight on it, summed over the live replicas (GET /v1/inflight);
   a replica that cannot be read makes the count unknown (counted busy by decide()).
 Both answers also carry the calls each replica holds for the runtime: with the in-flight sums
-they reach Observed.gateway_calls, which decide() only records in status for people to read.
+they reach Observed.gateway_calls, which decide() only records in status for people to read; so
+do the MCP sessions the in-flight answers list, counted once each over the replicas (a session's
+calls may go through several), for the generation's history entry.
 decide() (baton.lifecycle.retire) judges the answers; nothing here decides.
 
 A lapsed replica (its Lease stopped changing, its static window not over: it may still forward
@@ -105,6 +107,15 @@ def applies(o: observed_mod.Observed) -> bool:
     return o.spec.service is not None and o.spec.service.gateway
 
 
+def sessions_counted(counts: Sequence[gw.Counts]) -> int | None:
+    """The distinct sessions the answering replicas last forwarded to the pod (one client's calls
+    may go through several: counted once); None when none answered, or one answered without the
+    list (a gateway before it: unknown). A replica that listed only its bound makes it a floor."""
+    if not counts or any(c.sessions is None for c in counts):
+        return None
+    return len(frozenset().union(*(c.sessions for c in counts if c.sessions is not None)))
+
+
 async def observe(o: observed_mod.Observed, *, gateways: Gateways | None, holds: bool) -> observed_mod.Observed:
     """`o` with the gateways' answers this pass needs (the same `o` if none)."""
     t = o.status.transition
@@ -143,7 +154,8 @@ async def observe(o: observed_mod.Observed, *, gateways: Gateways | None, holds:
     # For status only (a person's view): what the replicas that answered said, and who did not.
     shown = status_mod.GatewayCalls(inflight=sum(c.inflight for c in counts) if counts or not replicas else None,
                                     held=sum(helds) if helds or not replicas else None,
-                                    replicas=len(replicas), unconfirmed=len(failed))
+                                    replicas=len(replicas), unconfirmed=len(failed),
+                                    sessions=None if sealing else sessions_counted(counts))
     update: dict[str, object] = {"gateway_inflight": inflight, "gateway_unconfirmed": failed, "gateway_calls": shown}
     if sealing:
         update["gateway_sealed"] = not failed

@@ -7,7 +7,7 @@ of a replica towards the operator, and nothing of the data path:
   names.gateway_lease_name(instance), labelled baton.dev/component=gateway, carrying its admin
   address in baton.dev/gateway-admin, renewed every duration/3 by a thread, deleted on close;
 - a real HTTP admin listener on 127.0.0.1: POST /v1/seal and GET /v1/inflight, answered from
-  what the test sets (`confirm`, `inflight`); every request is recorded with its time.
+  what the test sets (`confirm`, `inflight`, `sessions`); every request is recorded with its time.
 
 `StandinGateway(..., listen=False)` registers a Lease whose admin address nobody listens on: a
 live replica the operator cannot reach. Threaded, bounded, loopback only.
@@ -37,6 +37,7 @@ class StandinGateway:
         self.lease_name = names.gateway_lease_name(instance)
         self.confirm = True  # answer seals with 200 {"sealed": true}; False: 503 (not confirmed)
         self.inflight = 0  # what /v1/inflight and /v1/seal report for any uid
+        self.sessions: list[str] | None = None  # the session fingerprints /v1/inflight lists (None: no field)
         self.sealed: dict[str, float] = {}  # uid -> when it was first sealed (monotonic)
         self.requests: list[tuple[float, str, str]] = []  # (monotonic, method, path)
         self._lock = threading.Lock()
@@ -125,7 +126,10 @@ class StandinGateway:
                 if url.path != "/v1/inflight":
                     return self._answer(404, {"error": "not found"})
                 uid = (parse_qs(url.query).get("uid") or [""])[0]
-                self._answer(200, {"uid": uid, "inflight": outer.inflight, "sealed": uid in outer.sealed})
+                answer: dict[str, Any] = {"uid": uid, "inflight": outer.inflight, "sealed": uid in outer.sealed}
+                if outer.sessions is not None:
+                    answer.update(sessions=outer.sessions, sessionsTruncated=False)
+                self._answer(200, answer)
 
             def log_message(self, *args: Any) -> None:
                 pass

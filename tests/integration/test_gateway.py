@@ -214,7 +214,8 @@ def test_registration_lease_admin_api_and_seal(operators: Callable[..., Operator
     tool = serving(fleet, 1)
     uid = st["current"]["uid"]
     assert call(gw.port, f"tool.{namespace}", body=rpc()).status == 200
-    assert gw.admin("GET", f"/v1/inflight?uid={uid}") == (200, {"uid": uid, "inflight": 0, "sealed": False})
+    assert gw.admin("GET", f"/v1/inflight?uid={uid}") == (200, {"uid": uid, "inflight": 0, "sealed": False,
+                                                                "sessions": [], "sessionsTruncated": False})
     # A slow call in flight is counted, and a seal reports it.
     import threading
     slow: list[Any] = []
@@ -234,7 +235,8 @@ def test_registration_lease_admin_api_and_seal(operators: Callable[..., Operator
     assert slow and slow[0].status == 200 and slow[0].generation == 1, "the call in flight finished on its pod"
     assert tool.count() == before, "a call reached a sealed pod"
     assert 11 not in rpc_fields(tool, "id"), "the sealed call reached its pod"
-    assert gw.admin("GET", f"/v1/inflight?uid={uid}") == (200, {"uid": uid, "inflight": 0, "sealed": True})
+    assert gw.admin("GET", f"/v1/inflight?uid={uid}") == (200, {"uid": uid, "inflight": 0, "sealed": True,
+                                                                "sessions": [], "sessionsTruncated": False})
     assert gw.admin("POST", "/v1/seal", {"namespace": namespace, "runtime": "tool", "uid": uid})[0] == 200  # idempotent
     assert gw.metric("baton_gateway_hold_seconds_count") >= 1
     # A clean exit deletes the Lease.

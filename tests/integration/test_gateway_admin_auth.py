@@ -54,7 +54,8 @@ def test_an_unauthenticated_seal_is_refused_and_the_runtime_keeps_serving(
     status, doc = gw.admin("POST", "/v1/seal", {**seal, "lease": {"name": "baton-gateway.gw-a", "uid": "another-uid"}})
     print(f"seal addressed to another Lease uid: {status} {doc}")
     assert status == 409, doc
-    assert gw.admin("GET", f"/v1/inflight?uid={uid1}") == (200, {"uid": uid1, "inflight": 0, "sealed": False})
+    assert gw.admin("GET", f"/v1/inflight?uid={uid1}") == (200, {"uid": uid1, "inflight": 0, "sealed": False,
+                                                                 "sessions": [], "sessionsTruncated": False})
     # Still served by g1, at once (a sealed pod's calls would be held for admissionSeconds).
     r = call(gw.port, host, body=rpc(rid="after"))
     print(f"call after the refused seals: {r.status} g{r.generation} in {r.seconds:.3f}s")

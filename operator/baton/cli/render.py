@@ -131,11 +131,28 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
     if history and history[-1].get("message"):
         last = history[-1]
         lines.append(f"  last retired: generation {last.get('generation')} ({last.get('outcome')}): {last['message']}")
+    if history:
+        shown = sessions_text(history[-1], spec.get("service") or {})
+        if shown:
+            lines.append(f"  sessions: {shown}")
     failure = status.get("lastCleanupFailure")
     if failure:
         lines.append(f"  last cleanup failure: generation {failure['generation']} pod {failure.get('pod')} "
                      f"({failure.get('reason')}) at {failure.get('at')}: {failure.get('message')}")
     return "\n".join(lines)
+
+
+def sessions_text(entry: Mapping[str, Any], service: Mapping[str, Any]) -> str:
+    """A history entry's sessionsToRebind as a line: "3 on generation 1, re-bound at their next
+    call (sessions: Rebind)"; empty when it has none (no gateway, or the count was unknown). The
+    mode shown is spec.service.sessions now (default Rebind), read from the raw object."""
+    n = entry.get("sessionsToRebind")
+    if not isinstance(n, int) or isinstance(n, bool):
+        return ""
+    mode = service.get("sessions") or "Rebind"
+    what = "" if n == 0 else (", ended" if mode == "Expire" else
+                              f", re-bound at {'its' if n == 1 else 'their'} next call")
+    return f"{n} on generation {entry.get('generation')}{what} (sessions: {mode})"
 
 
 def gateway_calls_text(calls: Mapping[str, Any], t: Mapping[str, Any]) -> str:

@@ -12,9 +12,12 @@ changed.
   and seals nothing. Past the sealed bounds (baton.gateway.state) with nothing to evict: 503,
   nothing sealed, the operator asks again.
 - GET /v1/inflight?uid=<uid>[&namespace=<ns>&runtime=<name>][&lease=<name>&leaseUID=<uid>] ->
-  {"uid", "inflight", "sealed"[, "held"]}: calls forwarded to it and not yet answered in full,
-  open streams and WebSockets; with the runtime named, also the calls held for it now (what
-  `kubectl baton status` shows); with the Lease named, 409 unless it is this replica's.
+  {"uid", "inflight", "sealed", "sessions", "sessionsTruncated"[, "held"]}: calls forwarded to it
+  and not yet answered in full, open streams and WebSockets; the fingerprints of the sessions this
+  replica last forwarded to it (at most state.SESSIONS_SEEN_REPORTED, most recent first;
+  sessionsTruncated once the list reached that bound); with the runtime named, also the calls
+  held for it now (what `kubectl baton status` shows); with the Lease named, 409 unless it is
+  this replica's.
 - Anything else 404; bad JSON or a missing field 400 naming the field.
 """
 
@@ -125,7 +128,11 @@ def application(state: state_mod.State, *, key: adminkey.KeyFile, lease: Callabl
             refusal = _misaddressed((name, lease_uid), lease())
             if refusal is not None:
                 return refusal
-        answer: dict[str, Any] = {"uid": uid, "inflight": state.inflight[uid], "sealed": uid in state.sealed}
+        # The sessions this replica last forwarded to the pod (fingerprints, never the ids): the
+        # operator counts them, distinct over the replicas, into the handoff's history entry.
+        seen = state.sessions_seen(uid)
+        answer: dict[str, Any] = {"uid": uid, "inflight": state.inflight[uid], "sealed": uid in state.sealed,
+                                  "sessions": seen, "sessionsTruncated": len(seen) >= state_mod.SESSIONS_SEEN_REPORTED}
         namespace, runtime = request.query.get("namespace"), request.query.get("runtime")
         if namespace and runtime:
             answer["held"] = state.held[(namespace, runtime)]

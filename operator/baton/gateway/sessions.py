@@ -33,6 +33,7 @@ import zlib
 from typing import Any, Callable
 
 from baton.gateway import http1, route
+from baton.model import names
 
 PREFIX = "bt1."
 # The client's initialize is kept in the id, so the id's size bounds it: an initialize past
@@ -41,7 +42,7 @@ PREFIX = "bt1."
 MAX_INITIALIZE_BYTES = 16 * 1024
 MAX_ID_CHARS = 4096
 MAC_BYTES = 16
-KEY_CONTEXT = b"baton.dev/mcp-session-ids/v1"
+KEY_CONTEXT = names.SESSION_ID_KEY_CONTEXT.encode("ascii")
 # The replay: initialize, then notifications/initialized, within this many seconds in all, an
 # answer read up to ANSWER_CAP bytes (an SSE answer stops at the first JSON-RPC response).
 REPLAY_SECONDS = 10.0

@@ -48,6 +48,11 @@ RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 ADMIN_TIMEOUT_SECONDS = 2.0
 # An admin answer is a small JSON object; anything longer is not one.
 MAX_ADMIN_RESPONSE_BYTES = 4096
+# But for the sessions an in-flight answer lists: at most this many fingerprints (the gateway's
+# state.SESSIONS_SEEN_REPORTED), each at most this long (the gateway's are 16 hex digits).
+MAX_SESSIONS_LISTED = 4096
+MAX_FINGERPRINT_CHARS = 64
+MAX_INFLIGHT_RESPONSE_BYTES = MAX_ADMIN_RESPONSE_BYTES + MAX_SESSIONS_LISTED * (MAX_FINGERPRINT_CHARS + 4)
 # Every admin call of this process goes through one session: connections to the replicas are
 # kept alive and reused (a seal round per runtime in transition every half second would otherwise
 # open and close one connection per call), at most this many in all and to each replica. A call
@@ -77,10 +82,14 @@ class Replica:
 @dataclasses.dataclass(frozen=True)
 class Counts:
     """One replica's answer: calls in flight on the pod, and calls it holds for the runtime now
-    (None: the replica did not say, as a gateway before the held count)."""
+    (None: the replica did not say, as a gateway before the held count); in an in-flight answer,
+    the fingerprints of the MCP sessions it last forwarded to the pod (None: not said, as a
+    gateway before issue 42, or malformed), `sessions_truncated` when it listed only its bound."""
 
     inflight: int
     held: int | None = None
+    sessions: frozenset[str] | None = None
+    sessions_truncated: bool = False
 
 
 class AdminError(Exception):
@@ -163,12 +172,12 @@ async def close() -> None:
 
 
 async def _call(method: str, url: str, *, body: dict[str, Any] | None = None, key: bytes | None = None,
-                timeout: float = ADMIN_TIMEOUT_SECONDS) -> dict[str, Any]:
+                timeout: float = ADMIN_TIMEOUT_SECONDS, limit: int = MAX_ADMIN_RESPONSE_BYTES) -> dict[str, Any]:
     headers = {"Authorization": "Bearer " + key.decode("ascii")} if key else {}
     try:
         async with _admin_session().request(method, url, json=body, headers=headers, allow_redirects=False,
                                             timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
-            raw = await resp.content.read(MAX_ADMIN_RESPONSE_BYTES + 1)
+            raw = await _read(resp.content, limit=limit)
             if resp.status == 409:
                 raise AdminGone(f"{method} {url}: {resp.status}{_why(raw)}")
             if resp.status != 200:
@@ -181,8 +190,8 @@ async def _call(method: str, url: str, *, body: dict[str, Any] | None = None, ke
         raise kind(f"{method} {url}: {type(exc).__name__} {exc}".strip()) from exc
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         raise AdminError(f"{method} {url}: {type(exc).__name__} {exc}".strip()) from exc
-    if len(raw) > MAX_ADMIN_RESPONSE_BYTES:
-        raise AdminError(f"{method} {url}: answer over {MAX_ADMIN_RESPONSE_BYTES} bytes")
+    if len(raw) > limit:
+        raise AdminError(f"{method} {url}: answer over {limit} bytes")
     try:
         answer = json.loads(raw)
     except ValueError as exc:
@@ -190,6 +199,18 @@ async def _call(method: str, url: str, *, body: dict[str, Any] | None = None, ke
     if not isinstance(answer, dict):
         raise AdminError(f"{method} {url}: not a JSON object")
     return answer
+
+
+async def _read(content: aiohttp.StreamReader, *, limit: int) -> bytes:
+    """The body up to `limit` + 1 bytes (one more tells it is too long). A read gives what has
+    arrived, at most a chunk: an answer longer than one chunk (a list of sessions) is read on."""
+    raw = b""
+    while len(raw) <= limit:
+        chunk = await content.read(limit + 1 - len(raw))
+        if not chunk:
+            break
+        raw += chunk
+    return raw
 
 
 def _why(raw: bytes) -> str:
@@ -209,7 +230,18 @@ def _counts(answer: dict[str, Any], what: str) -> Counts:
     held = answer.get("held")
     # The held count is only shown, never decided on: one that is missing or malformed is unknown.
     ok = isinstance(held, int) and not isinstance(held, bool) and held >= 0
-    return Counts(inflight=n, held=held if ok else None)
+    return Counts(inflight=n, held=held if ok else None, sessions=_sessions(answer.get("sessions")),
+                  sessions_truncated=answer.get("sessionsTruncated") is True)
+
+
+def _sessions(listed: object) -> frozenset[str] | None:
+    """The session fingerprints an answer lists; None (unknown) when absent or malformed: they
+    are only counted for people to read (the history entry), never decided on."""
+    if not isinstance(listed, list) or len(listed) > MAX_SESSIONS_LISTED:
+        return None
+    if not all(isinstance(f, str) and 0 < len(f) <= MAX_FINGERPRINT_CHARS for f in listed):
+        return None
+    return frozenset(listed)
 
 
 async def seal(replica: Replica, *, namespace: str, runtime: str, uid: str, key: bytes | None = None,
@@ -228,11 +260,13 @@ async def seal(replica: Replica, *, namespace: str, runtime: str, uid: str, key:
 async def inflight(replica: Replica, *, uid: str, namespace: str, runtime: str, key: bytes | None = None,
                    timeout: float = ADMIN_TIMEOUT_SECONDS) -> Counts:
     """GET /v1/inflight: calls forwarded to pod `uid` and not yet answered in full (streams and
-    WebSockets included) on this replica, and the calls it holds for the runtime. Addressed to
-    the replica's Lease when its uid is known (another replica refuses to answer for it)."""
+    WebSockets included) on this replica, the calls it holds for the runtime, and the sessions it
+    last forwarded to the pod. Addressed to the replica's Lease when its uid is known (another
+    replica refuses to answer for it)."""
     fields = {"uid": uid, "namespace": namespace, "runtime": runtime}
     if replica.uid:
         fields.update({"lease": replica.name, "leaseUID": replica.uid})
-    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + urlencode(fields)), key=key, timeout=timeout)
+    answer = await _call("GET", _url(replica.admin, "/v1/inflight?" + urlencode(fields)), key=key, timeout=timeout,
+                         limit=MAX_INFLIGHT_RESPONSE_BYTES)
     return _counts(answer, replica.name)
 

@@ -49,6 +49,18 @@ def _replicas(o: obs.Observed) -> str:
     return o.gateway_error or "not asked yet"
 
 
+def _sessions(o: obs.Observed, t: st.Transition) -> int | None:
+    """The sessions the gateway replicas last forwarded to the retiring pod, for its history
+    entry: this pass's count, else the one status recorded during the drain, else the one kept
+    when the drain ended; None without the gateway or when no count was known."""
+    if not _gateway(o):
+        return None
+    for calls in (o.gateway_calls, t.gateway_calls):
+        if calls is not None and calls.sessions is not None:
+            return calls.sessions
+    return t.sessions_to_rebind
+
+
 def _note(text: str) -> str:
     return text if len(text) <= DRAIN_NOTE_LIMIT else text[:DRAIN_NOTE_LIMIT - 1] + "…"
 
@@ -162,11 +174,12 @@ def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: o
     delete only after the Terminating step is persisted (it stops at the first failure), which
     is all the guarantee asks; one pass fewer on every handoff's critical path. `drain_note`
     (calls cut, or not waited for) goes into the generation's history entry. The gateway's
-    counts are cleared: nobody asks again after the drain, so they would only grow stale."""
+    counts are cleared: nobody asks again after the drain, so they would only grow stale; their
+    session count is kept for the history entry."""
     grace = o.spec.budgets.termination_grace_seconds
     return transitions.advance(o, t, now, st.Step.TERMINATING, deadline=now + transitions.seconds(o.spec.budgets.cleanup_seconds),
                     extra=(*extra, p.DeletePod(old.name, old.uid, grace)), drain_incomplete=drain_incomplete,
-                    gateway_calls=None,
+                    gateway_calls=None, sessions_to_rebind=_sessions(o, t),
                     message=t.message if message is None else message,
                     drain_note=t.drain_note if drain_note is None else drain_note)
 
@@ -219,6 +232,7 @@ def retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clean
             (f"drain incomplete: {t.drain_note}" if t.drain_note else "drain incomplete") if t.drain_incomplete
             else t.drain_note,
             f"pod {t.from_pod} left in place: its ownerReference was removed" if orphaned_pod else None) if m) or None,
+        sessions_to_rebind=_sessions(o, t),
     )
     history = status.history
     if t.from_:
@@ -234,12 +248,12 @@ def retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clean
     kinds = st.TransitionKind
     if o.deleting or t.kind == kinds.DELETE:
         new_t = t.model_copy(update={"kind": kinds.DELETE, "step": st.Step.FINALIZING, "step_started_at": now, "deadline": None,
-                                     "gateway_calls": None})
+                                     "gateway_calls": None, "sessions_to_rebind": None})
         status = conditions.step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
     elif t.kind == kinds.HANDOFF and not o.spec.suspend:
         to = t.to or transitions.next_generation(o)
         new_t = t.model_copy(update={"to": to, "step": st.Step.CREATING, "step_started_at": now, "deadline": None,
-                                     "gateway_calls": None})
+                                     "gateway_calls": None, "sessions_to_rebind": None})
         status = status.model_copy(update={"latest_generation": max(status.latest_generation, to)})
         status = conditions.step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
     else:

@@ -130,3 +130,7 @@ def gateway_lease_name(instance: str) -> str:
     """A gateway replica's registration Lease. The dot keeps it apart from every runtime's Lease
     (lease_name): a runtime's name is a DNS label (its Service's name), so it has no dot."""
     return f"baton-gateway.{instance}"
+
+# The purpose the gateway's MCP session-id key is derived for, under the admin key
+# (baton.gateway.sessions): changing it invalidates every session id issued.
+SESSION_ID_KEY_CONTEXT = "baton.dev/mcp-session-ids/v1"

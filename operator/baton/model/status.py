@@ -161,12 +161,16 @@ class Current(base.Model):
 class GatewayCalls(base.Model):
     """What the live gateway replicas said of the retiring generation at the last ask (only with
     spec.service.gateway, only while StoppingAdmission and Draining; cleared when the retire moves
-    on): calls in flight on it, calls held for the next generation, how many replicas answered."""
+    on): calls in flight on it, calls held for the next generation, how many replicas answered,
+    and (Draining) the MCP sessions they last forwarded to it."""
 
     inflight: int | None = None  # summed over the replicas that answered; None: none could be read
     held: int | None = None  # None: no replica answered with a held count (an older gateway)
     replicas: int = 0  # live replicas asked
     unconfirmed: int = 0  # of those, how many did not answer
+    # Distinct over the replicas that answered; None: none answered, or one without the list (an
+    # older gateway). Carried into the history entry as sessionsToRebind.
+    sessions: int | None = None
 
 
 class Transition(base.Model):
@@ -194,6 +198,8 @@ class Transition(base.Model):
     drain_note: str | None = None
     # The gateway replicas' last answer about the retiring pod (written only when it changed).
     gateway_calls: GatewayCalls | None = None
+    # Its session count, kept from the drain's end (gatewayCalls is cleared then) for the history entry.
+    sessions_to_rebind: int | None = None
     forced: bool = False
     message: str | None = None
     attempt: int | None = None  # refusals of this step by the API server (pod creation)
@@ -238,6 +244,9 @@ class HistoryEntry(base.Model):
     retired_at: datetime.datetime | None = None
     outcome: OutcomeValue
     message: str | None = None
+    # With spec.service.gateway: the MCP sessions the gateway replicas had last forwarded to this
+    # generation when its drain ended, each re-bound to the next at its next call (None: unknown).
+    sessions_to_rebind: int | None = None
 
 
 class PendingReset(base.Model):

@@ -113,3 +113,32 @@ def test_status_shows_the_gateway_calls_the_operator_recorded(calls: dict[str, A
 def test_status_shows_no_gateway_calls_outside_the_drain(calls: dict[str, Any] | None, step: str) -> None:
     text = render.status_text(_draining(calls, step=step), now=datetime.datetime(2026, 12, 2, tzinfo=UTC))
     assert "gateway calls" not in text, text
+
+
+def _handed_off(entry: dict[str, Any], service: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": "rt"}, "spec": {"service": service},
+            "status": {"current": {"generation": 2, "pod": "rt-g2", "uid": "u2"},
+                       "history": [{"generation": 0, "outcome": "Retired", "sessionsToRebind": 9},
+                                   {"generation": 1, "outcome": "Retired", **entry}]}}
+
+
+@pytest.mark.parametrize("entry, service, line", [
+    ({"sessionsToRebind": 3}, {"gateway": True},
+     "  sessions: 3 on generation 1, re-bound at their next call (sessions: Rebind)"),
+    ({"sessionsToRebind": 1}, {"gateway": True, "sessions": "Rebind"},
+     "  sessions: 1 on generation 1, re-bound at its next call (sessions: Rebind)"),
+    ({"sessionsToRebind": 2}, {"gateway": True, "sessions": "Expire"},
+     "  sessions: 2 on generation 1, ended (sessions: Expire)"),
+    ({"sessionsToRebind": 0}, {"gateway": True}, "  sessions: 0 on generation 1 (sessions: Rebind)"),
+])
+def test_status_shows_the_sessions_of_the_last_handoff(entry: dict[str, Any], service: dict[str, Any],
+                                                       line: str) -> None:
+    text = render.status_text(_handed_off(entry, service), now=datetime.datetime(2026, 12, 2, tzinfo=UTC))
+    assert line in text.splitlines(), text
+    assert sum(1 for ln in text.splitlines() if ln.startswith("  sessions:")) == 1, "only the last handoff's"
+
+
+@pytest.mark.parametrize("entry", [{}, {"sessionsToRebind": None}, {"sessionsToRebind": "3"}, {"sessionsToRebind": True}])
+def test_status_shows_no_session_line_when_the_last_handoff_has_no_count(entry: dict[str, Any]) -> None:
+    text = render.status_text(_handed_off(entry, {"gateway": True}), now=datetime.datetime(2026, 12, 2, tzinfo=UTC))
+    assert "sessions:" not in text, text

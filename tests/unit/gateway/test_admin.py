@@ -64,7 +64,8 @@ def test_an_unauthenticated_or_wrongly_keyed_request_gets_401_and_changes_nothin
                 async with http.post(f"{srv.base}/v1/seal", json=_seal("u1"), headers=ok) as r:
                     assert r.status == 200 and await r.json() == {"sealed": True, "inflight": 1, "held": 0}
                 async with http.get(f"{srv.base}/v1/inflight", params={"uid": "u1"}, headers=ok) as r:
-                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True}
+                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True, "sessions": [],
+                                              "sessionsTruncated": False}
         finally:
             await runner.cleanup()
     asyncio.run(go())
@@ -186,4 +187,41 @@ def test_the_operator_without_a_usable_key_file_reports_the_seal_unconfirmed(tmp
         with pytest.raises(gw.AdminError, match="BATON_GATEWAY_ADMIN_KEY_FILE: cannot read"):
             await gateways.seal(gw.Replica("g", "127.0.0.1:1", uid="u"), namespace="ns", runtime="rt", uid="p")
         await gateways.close()
+    asyncio.run(go())
+
+
+def test_the_inflight_answer_lists_the_sessions_seen_on_the_pod_and_the_operator_reads_them(
+        tmp_path: pathlib.Path) -> None:
+    """Issue 42 item 4: GET /v1/inflight carries the fingerprints of the sessions this replica last
+    forwarded to the pod (state.sessions_seen), `sessionsTruncated` once the list reached its
+    bound; the operator's client (ApiGateways over baton.k8s.gateways) reads them back, a full
+    list included (4096 fingerprints: far past the 4 KiB of a plain answer)."""
+    key = tmp_path / "admin.key"
+    key.write_text(KEY + "\n")
+
+    async def go() -> None:
+        runner, srv = await _start(tmp_path)
+        replica = gw.Replica(MINE[0], srv.base.removeprefix("http://"), uid=MINE[1])
+        gateways = sealing.ApiGateways(namespace="ns", clock=clock_mod.Clock(), admin_key_file=str(key))
+        try:
+            for fp, uid in (("fp-a", "p1"), ("fp-b", "p2"), ("fp-c", "p1")):
+                srv.state.session_seen(fp, uid)
+            async with aiohttp.ClientSession(headers={"Authorization": "Bearer " + KEY}) as http:
+                async with http.get(f"{srv.base}/v1/inflight", params={"uid": "p1"}) as r:
+                    answer = await r.json()
+            assert answer == {"uid": "p1", "inflight": 0, "sealed": False, "sessions": ["fp-c", "fp-a"],
+                              "sessionsTruncated": False}
+            counts = await gateways.inflight(replica, uid="p1", namespace="ns", runtime="rt")
+            assert counts.sessions == frozenset({"fp-a", "fp-c"}) and not counts.sessions_truncated
+            # A pod nobody forwarded a session to: an empty list (known: none), not an unknown.
+            counts = await gateways.inflight(replica, uid="p9", namespace="ns", runtime="rt")
+            assert counts.sessions == frozenset()
+            for i in range(state.SESSIONS_SEEN_REPORTED + 5):
+                srv.state.session_seen(f"{i:016x}", "p3")
+            counts = await gateways.inflight(replica, uid="p3", namespace="ns", runtime="rt")
+            assert counts.sessions is not None and len(counts.sessions) == state.SESSIONS_SEEN_REPORTED
+            assert counts.sessions_truncated
+        finally:
+            await gateways.close()
+            await runner.cleanup()
     asyncio.run(go())

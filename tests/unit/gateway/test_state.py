@@ -123,18 +123,18 @@ def test_admin_api(tmp_path: pathlib.Path) -> None:
                     assert r.status == 200 and await r.json() == {"sealed": True, "inflight": 1, "held": 0}
                 assert "u1" in s.sealed
                 async with http.get(f"{base}/v1/inflight", params={"uid": "u1"}) as r:
-                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True}
+                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True, "sessions": [], "sessionsTruncated": False}
                 # With the runtime named, the calls held for it now (status shows them).
                 s.held[("ns", "rt")] += 2
                 async with http.get(f"{base}/v1/inflight", params={"uid": "u1", "namespace": "ns", "runtime": "rt"}) as r:
-                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True, "held": 2}
+                    assert await r.json() == {"uid": "u1", "inflight": 1, "sealed": True, "held": 2, "sessions": [], "sessionsTruncated": False}
                 async with http.post(f"{base}/v1/seal", json={"namespace": "ns", "runtime": "rt", "uid": "u1", "lease": LEASE}) as r:
                     assert await r.json() == {"sealed": True, "inflight": 1, "held": 2}
                 async with http.get(f"{base}/v1/inflight", params={"uid": "u1", "namespace": "ns", "runtime": "other"}) as r:
                     assert (await r.json())["held"] == 0
                 s.held.clear()
                 async with http.get(f"{base}/v1/inflight", params={"uid": "u2"}) as r:
-                    assert await r.json() == {"uid": "u2", "inflight": 0, "sealed": False}
+                    assert await r.json() == {"uid": "u2", "inflight": 0, "sealed": False, "sessions": [], "sessionsTruncated": False}
                 for body, field in ((b"{", "JSON"), (b"[]", "object"), (json.dumps({"namespace": "ns", "uid": "x"}).encode(), "runtime"),
                                     (json.dumps({"namespace": "ns", "runtime": "rt", "uid": ""}).encode(), "uid"),
                                     (json.dumps({"namespace": "ns", "runtime": "rt", "uid": "x"}).encode(), "lease"),

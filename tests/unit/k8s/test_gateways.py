@@ -130,11 +130,40 @@ def test_admin_calls_share_one_session_and_reuse_its_connections() -> None:
     asyncio.run(run())
 
 
+def test_the_sessions_an_inflight_answer_lists_are_read_and_a_malformed_list_is_unknown() -> None:
+    async def run() -> None:
+        admin = Admin()
+        runner, replica = await _serve(admin)
+        try:
+            async def sessions() -> tuple[frozenset[str] | None, bool]:
+                c = await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt")
+                return c.sessions, c.sessions_truncated
+            admin.inflight_answer = {"inflight": 0, "sessions": ["a", "b", "a"], "sessionsTruncated": False}
+            assert await sessions() == (frozenset({"a", "b"}), False)
+            admin.inflight_answer = {"inflight": 0, "sessions": ["a"], "sessionsTruncated": True}
+            assert await sessions() == (frozenset({"a"}), True)
+            # An older gateway (no field) or a malformed list: unknown, never an error.
+            for bad in (None, "a", [1], [""], ["x" * (gw.MAX_FINGERPRINT_CHARS + 1)],
+                        [f"{i}" for i in range(gw.MAX_SESSIONS_LISTED + 1)]):
+                admin.inflight_answer = {"inflight": 0} if bad is None else {"inflight": 0, "sessions": bad}
+                assert await sessions() == (None, False), bad
+            # The longest list a gateway may send is read whole; a longer answer is refused.
+            admin.inflight_answer = {"inflight": 0, "sessions": ["f" * gw.MAX_FINGERPRINT_CHARS] * gw.MAX_SESSIONS_LISTED}
+            assert (await sessions())[0] == frozenset({"f" * gw.MAX_FINGERPRINT_CHARS})
+            admin.inflight_answer = {"inflight": 0, "pad": "x" * gw.MAX_INFLIGHT_RESPONSE_BYTES}
+            with pytest.raises(gw.AdminError, match="answer over"):
+                await gw.inflight(replica, uid="uid-7", namespace="ns", runtime="rt")
+        finally:
+            await gw.close()
+            await runner.cleanup()
+    asyncio.run(run())
+
+
 class Stub:
     """The gateways, stubbed at the adapter boundary: per replica, a count (in flight, or in
-    flight and held) or an exception."""
+    flight and held, or a whole answer) or an exception."""
 
-    def __init__(self, answers: dict[str, int | tuple[int, int | None] | Exception], *,
+    def __init__(self, answers: dict[str, int | tuple[int, int | None] | gw.Counts | Exception], *,
                  listing: Exception | None = None) -> None:
         self.answers = answers
         self.listing = listing
@@ -150,6 +179,8 @@ class Stub:
         a = self.answers[replica.name]
         if isinstance(a, Exception):
             raise a
+        if isinstance(a, gw.Counts):
+            return a
         return gw.Counts(*a) if isinstance(a, tuple) else gw.Counts(a)
 
     async def seal(self, replica: gw.Replica, *, namespace: str, runtime: str, uid: str) -> gw.Counts:
@@ -220,3 +251,27 @@ def test_the_answers_reach_status_as_sums_of_those_that_answered() -> None:
     assert o.gateway_calls == st.GatewayCalls(inflight=0, held=None, replicas=1, unconfirmed=0), "an older gateway: held unknown"
     o = asyncio.run(sealing.observe(observed(st.Step.DRAINING), gateways=Stub({}), holds=True))
     assert o.gateway_calls == st.GatewayCalls(inflight=0, held=0, replicas=0, unconfirmed=0)
+
+
+def test_the_sessions_reach_status_counted_once_over_the_replicas() -> None:
+    """Issue 42 item 4: the sessions the replicas last forwarded to the retiring pod, counted
+    distinct (a session whose calls went through two replicas is one); a replica that answered
+    without the list (an older gateway) makes the count unknown; one that did not answer is left
+    out, as from the other sums; the seal's answers carry no list."""
+    def calls(answers: dict[str, int | tuple[int, int | None] | gw.Counts | Exception],
+              step: st.Step = st.Step.DRAINING) -> st.GatewayCalls | None:
+        return asyncio.run(sealing.observe(observed(step), gateways=Stub(answers), holds=True)).gateway_calls
+    a, b = gw.Counts(0, 0, sessions=frozenset({"s1", "s2"})), gw.Counts(1, 0, sessions=frozenset({"s2", "s3"}))
+    assert calls({"a": a, "b": b}) == st.GatewayCalls(inflight=1, held=0, replicas=2, sessions=3)
+    assert calls({"a": a, "b": gw.Counts(0, 0, sessions=frozenset())}) == st.GatewayCalls(
+        inflight=0, held=0, replicas=2, sessions=2)
+    got = calls({"a": a, "b": gw.Counts(0, 0)})
+    assert got is not None and got.sessions is None, "an older gateway: unknown"
+    got = calls({"a": a, "b": OSError("x")})
+    assert got is not None and (got.sessions, got.unconfirmed) == (2, 1)
+    got = calls({"a": OSError("x")})
+    assert got is not None and got.sessions is None
+    got = calls({})
+    assert got is not None and got.sessions is None, "no live replica to ask: unknown"
+    got = calls({"a": a}, st.Step.STOPPING_ADMISSION)
+    assert got is not None and got.sessions is None

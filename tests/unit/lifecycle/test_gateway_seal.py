@@ -228,7 +228,42 @@ HISTORY = [
 ]
 
 
-@pytest.mark.parametrize("o,now,expected,wait", SEAL + DRAIN + CALLS + WITHOUT + MISCONFIGURED + HISTORY)
+# Issue 42 item 4: the sessions the replicas last forwarded to the retiring generation, counted at
+# the drain's end (gatewayCalls is cleared then: kept in the transition), reach its history entry.
+SESSIONS = [
+    case("the-drain-ending-keeps-the-session-count",
+         gw_seen(S.DRAINING, GC(inflight=0, held=0, replicas=2, sessions=3),
+                 recorded=GC(inflight=1, held=0, replicas=2, sessions=3), gateway_inflight=0),
+         [WS({"transition.step": "Terminating", "transition.gateway_calls": None, "transition.sessions_to_rebind": 3}),
+          step_time("Draining", 10.0), p.DeletePod(name(7), "uid-7", 30)], 0),
+    case("the-drain-ending-at-its-budget-keeps-the-last-count-recorded",
+         gw_seen(S.DRAINING, None, recorded=GC(inflight=1, held=0, replicas=1, sessions=2), gateway_inflight=None,
+                 gateway_unconfirmed=("baton-gateway.b",)).model_copy(
+             update={"status": retiring(S.DRAINING, deadline=0.0, gateway_calls=GC(inflight=1, held=0, replicas=1,
+                                                                                 sessions=2))}),
+         [WS({"transition.step": "Terminating", "transition.sessions_to_rebind": 2}), step_time("Draining", 10.0),
+          Ev("Warning", "DrainIncomplete", "baton-gateway.b"), Rec(M.DRAIN_INCOMPLETE), p.DeletePod(name(7), "uid-7", 30)],
+         0),
+    case("an-unknown-count-stays-unknown",
+         gw_seen(S.DRAINING, GC(inflight=0, held=0, replicas=1), gateway_inflight=0),
+         [WS({"transition.step": "Terminating", "transition.sessions_to_rebind": None}), step_time("Draining", 10.0),
+          p.DeletePod(name(7), "uid-7", 30)], 0),
+    case("history-counts-the-sessions-to-rebind",
+         b.observed(status_=retiring(S.AWAITING_POD_GONE, sessions_to_rebind=3), pods=(), spec_=GW, desired_hash=b.HASH2),
+         [WS({"history[-1].sessions_to_rebind": 3, "history[-1].message": None}), step_time("AwaitingPodGone"),
+          Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
+    case("history-counts-the-sessions-of-a-pod-gone-mid-drain",
+         gw_seen(S.DRAINING, None, recorded=GC(inflight=1, held=0, replicas=1, sessions=4)).model_copy(update={"pods": ()}),
+         [WS({"transition.step": "Creating", "history[-1].sessions_to_rebind": 4}), step_time("Draining", 10.0),
+          Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
+    case("history-without-the-gateway-counts-no-sessions",
+         b.observed(status_=retiring(S.AWAITING_POD_GONE, sessions_to_rebind=3), pods=(), desired_hash=b.HASH2),
+         [WS({"history[-1].sessions_to_rebind": None}), step_time("AwaitingPodGone"),
+          Rec(M.HANDOFFS, (("outcome", "Retired"),)), NewPod(gen=8, token=5, template_hash=b.HASH2)], 0),
+]
+
+
+@pytest.mark.parametrize("o,now,expected,wait", SEAL + DRAIN + CALLS + WITHOUT + MISCONFIGURED + HISTORY + SESSIONS)
 def test_gateway_retire(o: obs.Observed, now: datetime.datetime, expected: list[Any], wait: float | None) -> None:
     check_decide(o, now, expected, wait)
 
