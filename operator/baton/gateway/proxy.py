@@ -396,7 +396,9 @@ class Proxy:
         if not gone:
             return None
         return route.Refuse(route.Reason.UNKNOWN_SESSION, 0,
-                            "session not found: the generation that issued it is gone; start a new session")
+                            "session not found: the generation that issued it is gone; start a new session",
+                            d.generation if isinstance(d, route.Forward) else
+                            _generation(self.views.runtime(target.namespace, target.runtime)))
 
 
 def _is_connect_retry(d: route.Decision) -> bool:
