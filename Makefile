@@ -83,7 +83,7 @@ SKIP ?=
 PATHS ?=
 BASELINE ?=
 TPUT_ROUNDS ?= 2
-bench-gateway: $(PY_DEPS) tools ## calls failed during handoffs (direct, gateway, Recreate, RollingUpdate), gateway latency, calls/s per core, RSS (quick: HANDOFFS=5 LAT_CALLS=1000 RSS_RUNTIMES=100; PATHS=gw: handoff paths; BASELINE=DIR: another checkout's gateway beside it, TPUT_ROUNDS each)
+bench-gateway: $(PY_DEPS) tools ## calls failed during handoffs (direct, gateway, Recreate, RollingUpdate, a handshake-era MCP session through the gateway with its re-bound calls' added latency), gateway latency, calls/s per core, RSS (quick: HANDOFFS=5 LAT_CALLS=1000 RSS_RUNTIMES=100; PATHS=gw: handoff paths; BASELINE=DIR: another checkout's gateway beside it, TPUT_ROUNDS each)
 	$(PY) -m bench.gateway --handoffs $(HANDOFFS) --rate $(RATE) --lat-rate $(LAT_RATE) --lat-calls $(LAT_CALLS) \
 		--tput-seconds $(TPUT_SECONDS) --concurrency $(CONCURRENCY) --rss-runtimes $(RSS_RUNTIMES) $(if $(SKIP),--skip $(SKIP)) \
 		$(if $(PATHS),--paths $(PATHS)) $(if $(BASELINE),--baseline $(BASELINE) --tput-rounds $(TPUT_ROUNDS))

@@ -19,6 +19,15 @@ kwok), one operator and gateway processes started as the integration tests start
    - a one-replica Deployment, strategy Recreate, with a Service, called as the direct path.
    - a one-replica Deployment, strategy RollingUpdate (maxSurge 1, maxUnavailable 0 for one
      replica): it runs two pods at once during each rollout, which Baton never does.
+   - session (issue 42): a handshake-era (2025-11-25) MCP client through the gateway, its own
+     runtime (sessions: Rebind, the default), its tools keeping MCP sessions in each pod's memory
+     (an id another pod issued: 404). Two sessions, each initialized once and kept for the whole
+     run, as the official SDKs keep theirs: the main one calls every 1/RATE s, one call after the
+     other, through all handoffs; the probe one is quiet while a handoff runs, then makes the
+     re-bound call (the gateway replays initialize and notifications/initialized on N+1 for it)
+     and a few ordinary calls: the re-bind's added latency, p50/p95, free of any hold. With
+     --baseline, again through the baseline's gateway (which may predate Rebind: then it shows
+     what such a client gets there).
    Each pod's tool is a ToolServer on its kwok-loop IP (127.0.100.x). Pods are created un-Ready
    (baton.dev/test-never-ready) and turned Ready once their tool listens (a readiness probe that
    passes), and a tool stops listening when its pod is being deleted (as at SIGTERM). Grace 1 s.
@@ -45,6 +54,7 @@ import argparse
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import http.client
 import json
 import os
@@ -69,7 +79,7 @@ if not __package__:  # run by path: dev (and tests) are importable from the root
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the harness the integration tests use
 
-from bench import gwbaseline, gwstats  # noqa: E402
+from bench import gwbaseline, gwsession, gwstats  # noqa: E402
 
 NS, NS_RSS = "bench-gw", "bench-gw-rss"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -97,14 +107,31 @@ def loopback(ip: str) -> str:
 
 # ---------------------------------------------------------------- subprocess modes (tool, load)
 
-def tool_host_main(port: int, max_seconds: float) -> None:
+def tool_host_main(port: int, max_seconds: float, sessions_file: Path | None = None) -> None:
     """The tools of one path's pods, in a process of their own (as containers are; and apart from
     the client's threads): reads `start <ip>` and `stop <ip>` lines on stdin. start: an aiohttp
     JSON-RPC tool listens on ip:port; stop: it stops listening at once (SIGTERM), the calls in
-    flight finish. Exits at EOF, after max_seconds, or when its parent is gone."""
+    flight finish. Exits at EOF, after max_seconds, or when its parent is gone.
+    With `sessions_file` (opt-in, the handshake-era path): each tool is a 2025-11-25 MCP server
+    with sessions in its pod's memory (gwsession.SessionTool: an id another pod issued is a 404;
+    stop forgets the pod's sessions); at exit, what it saw is written there as JSON."""
     from aiohttp import web
 
     parent = os.getppid()
+    sessions = gwsession.SessionTool() if sessions_file is not None else None
+
+    async def handle_session(request: web.Request) -> web.Response:
+        assert sessions is not None
+        sock = request.transport.get_extra_info("sockname") if request.transport else None
+        ip = sock[0] if sock else ""  # the pod the call reached: each site listens on its pod's IP
+        sid = request.headers.get(gwsession.SESSION_HEADER)
+        if request.method == "DELETE":
+            answer = sessions.delete(ip=ip, session=sid)
+        else:
+            answer = sessions.post(ip=ip, session=sid, body=await request.read())
+        headers = {gwsession.SESSION_HEADER: answer.session} if answer.session else {}
+        return web.Response(status=answer.status, body=answer.body, headers=headers,
+                            content_type="application/json" if answer.body else None)
 
     async def handle(request: web.Request) -> web.Response:
         body = await request.read()
@@ -125,7 +152,11 @@ def tool_host_main(port: int, max_seconds: float) -> None:
             loop.call_soon_threadsafe(commands.put_nowait, "eof")
         threading.Thread(target=read, daemon=True).start()
         app = web.Application()
-        app.router.add_post("/{tail:.*}", handle)
+        if sessions is None:
+            app.router.add_post("/{tail:.*}", handle)
+        else:
+            app.router.add_post("/{tail:.*}", handle_session)
+            app.router.add_delete("/{tail:.*}", handle_session)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=10)
         await runner.setup()
         sites: dict[str, web.TCPSite] = {}
@@ -155,7 +186,11 @@ def tool_host_main(port: int, max_seconds: float) -> None:
                 loop.create_task(start(ip))
             elif verb == "stop" and ip in sites:
                 loop.create_task(sites.pop(ip).stop())
+                if sessions is not None:
+                    sessions.forget(ip)  # the pod's memory goes with it
         await runner.cleanup()
+        if sessions is not None and sessions_file is not None:
+            sessions_file.write_text(json.dumps(dict(sessions.counts)))
 
     asyncio.run(run())
 
@@ -241,11 +276,15 @@ class PodTools:
     tool host process (tool_host_main): started when the pod has an IP; once it listens, the pod
     is made Ready (its never-ready annotation removed, as a readiness probe passes); stopped
     (stops listening, finishes its calls in flight) once the pod is being deleted, as at SIGTERM.
-    Watches in a thread, bounded by `max_seconds`."""
+    Watches in a thread, bounded by `max_seconds`. With `sessions_file`, the tools keep MCP
+    sessions (tool_host_main); what they saw is in that file once `stop` returned."""
 
-    def __init__(self, core: Any, namespace: str, selector: str, port: int, max_seconds: float, log: Path) -> None:
+    def __init__(self, core: Any, namespace: str, selector: str, port: int, max_seconds: float, log: Path,
+                 sessions_file: Path | None = None) -> None:
         self.core, self.namespace, self.selector, self.port = core, namespace, selector, port
-        self.host = subprocess.Popen([sys.executable, "-m", "bench.gateway", "--tool-host", str(port), str(max_seconds)],
+        self.sessions_file = sessions_file
+        self.host = subprocess.Popen([sys.executable, "-m", "bench.gateway", "--tool-host", str(port), str(max_seconds)]
+                                     + (["--tool-sessions", str(sessions_file)] if sessions_file is not None else []),
                                      cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      stderr=open(log, "ab"))
         self.live: dict[str, str] = {}   # pod uid -> IP
@@ -389,9 +428,197 @@ def timed(i: int, dial: Callable[[], tuple[str, int, str]], timeout: float) -> g
         return gwstats.Call(t0, time.monotonic() - t0, gwstats.cause_of_exception(exc))
 
 
+# ---------------------------------------------------------------- the handshake-era client (issue 42)
+
+SESSION_LABELS = {"session": "handshake-era session (gateway)", "sessbase": "handshake-era session (baseline)"}
+# Ordinary calls of the probe session after each re-bound one (its baseline latency).
+PROBE_ORDINARY_CALLS = 5
+PROBE_GAP_SECONDS = 0.02
+
+
+class SessionClient:
+    """A handshake-era (2025-11-25) MCP client through the gateway: `open` initializes once and
+    keeps the session id the gateway gives for the whole run; every call carries it. Like the
+    official SDKs, it never initializes again after an error. Calls go one after the other on one
+    kept-alive connection (a new one after an error: same session)."""
+
+    def __init__(self, *, ip: str, port: int, host: str, timeout: float) -> None:
+        self.ip, self.port, self.host, self.timeout = loopback(ip), port, host, timeout
+        self.conn: http.client.HTTPConnection | None = None
+        self.session: str | None = None
+        self.first_generation: int | None = None
+
+    def _send(self, method: str, body: bytes | None) -> tuple[int, str | None, bytes, Any]:
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(self.ip, self.port, timeout=self.timeout)
+        headers = {"Host": self.host, "Content-Type": "application/json",
+                   "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": gwsession.PROTOCOL_VERSION}
+        if self.session:
+            headers[gwsession.SESSION_HEADER] = self.session
+        try:
+            self.conn.request(method, "/mcp", body=body, headers=headers)
+            resp = self.conn.getresponse()
+            data = resp.read()
+        except Exception:
+            self.conn.close()
+            self.conn = None
+            raise
+        if resp.will_close:
+            self.conn.close()
+            self.conn = None
+        return resp.status, resp.getheader("Baton-Reason"), data, resp
+
+    @staticmethod
+    def _generation(resp: Any) -> int | None:
+        g = resp.getheader("Baton-Generation")
+        return int(g) if g and g.isdigit() else None
+
+    def open(self) -> None:
+        """initialize, then notifications/initialized; a RuntimeError naming what failed."""
+        status, reason, data, resp = self._send("POST", gwsession.initialize(0))
+        cause = gwsession.cause_of_answer(status, reason, data)
+        sid = resp.getheader(gwsession.SESSION_HEADER)
+        if cause or not sid:
+            raise RuntimeError(f"initialize through the gateway: {cause or 'no Mcp-Session-Id on the answer'}")
+        self.session, self.first_generation = sid, self._generation(resp)
+        status, reason, data, _ = self._send("POST", gwsession.initialized())
+        if status != 202:
+            raise RuntimeError(f"notifications/initialized: HTTP {status} {reason or ''} (202 expected)")
+
+    def call(self, rid: int) -> gwsession.SessionCall:
+        t0 = time.monotonic()
+        try:
+            status, reason, data, resp = self._send("POST", gwsession.tool_call(rid))
+            cause = gwsession.cause_of_answer(status, reason, data)
+            return gwsession.SessionCall(t0, time.monotonic() - t0, cause, self._generation(resp))
+        except Exception as exc:  # a failed call is what this counts
+            return gwsession.SessionCall(t0, time.monotonic() - t0, gwstats.cause_of_exception(exc))
+
+    def close(self) -> str:
+        """DELETE the session (as a client ends it); the answer's status, or why none came."""
+        try:
+            status, reason, _, _ = self._send("DELETE", None)
+            return f"HTTP {status}" + (f" {reason}" if reason else "")
+        except Exception as exc:  # said, not raised: the run's figures stand
+            return gwstats.cause_of_exception(exc)
+        finally:
+            if self.conn is not None:
+                self.conn.close()
+
+
+@dataclasses.dataclass
+class SessionRun:
+    """The handshake-era path's outcome: the main session's calls across the handoffs, and the
+    probe session's (quiet during each handoff, then one re-bound call and a few ordinary ones)."""
+
+    main: list[gwsession.SessionCall]
+    probe: list[gwsession.SessionCall]
+    main_first_generation: int | None
+    probe_first_generation: int | None
+    windows: list[tuple[float, float]]
+    deleted: list[str]
+    opened: str = ""   # why a session could not be opened ('' = both opened)
+
+    def all_calls(self) -> list[gwstats.Call]:
+        return [gwstats.Call(c.at, c.seconds, c.cause) for c in self.main + self.probe]
+
+
+def session_run(*, ip: str, port: int, host: str, change: Callable[[int], None], handoffs: int, pause: float,
+                interval: float, call_timeout: float) -> SessionRun:
+    """Two handshake-era sessions through one gateway across `handoffs` template changes. The main
+    session calls every `interval` seconds (one call after the other, as one agent does) through
+    them all; its first call on each new generation was usually held through the handoff, so its
+    latency holds the hold. The probe session makes no call while a handoff runs: once N+1 serves
+    (the main session has been answered by it, bounded wait), its first call is the re-bound one
+    (the gateway replays the handshake on N+1 for it) and PROBE_ORDINARY_CALLS ordinary ones
+    follow: the re-bind's added latency, free of any hold."""
+    main = SessionClient(ip=ip, port=port, host=host, timeout=call_timeout)
+    probe = SessionClient(ip=ip, port=port, host=host, timeout=call_timeout)
+    run = SessionRun([], [], None, None, [], [])
+    try:
+        main.open()
+        probe.open()
+    except Exception as exc:  # said in the output: nothing else to measure on this path
+        run.opened = str(exc) if isinstance(exc, RuntimeError) else gwstats.cause_of_exception(exc)
+        return run
+    run.main_first_generation, run.probe_first_generation = main.first_generation, probe.first_generation
+    stop = threading.Event()
+    bound = handoffs * 60 + 60
+
+    def loop() -> None:
+        t0, i = time.monotonic(), 0
+        while not stop.is_set() and i < int(bound / interval) and time.monotonic() - t0 < bound:
+            started = time.monotonic()
+            run.main.append(main.call(i))
+            i += 1
+            stop.wait(max(0.0, started + interval - time.monotonic()))
+
+    def last_generation() -> int | None:
+        return next((c.generation for c in reversed(run.main) if c.ok), None)
+
+    def probe_calls(rid: int) -> int:
+        for k in range(1 + PROBE_ORDINARY_CALLS):
+            run.probe.append(probe.call(rid + k))
+            time.sleep(PROBE_GAP_SECONDS)
+        return rid + 1 + PROBE_ORDINARY_CALLS
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    rid = probe_calls(1)  # the probe's ordinary calls on generation 1
+    for i in range(handoffs):
+        before = last_generation()
+        t0 = time.monotonic()
+        change(i)
+        run.windows.append((t0, time.monotonic()))
+        deadline = time.monotonic() + 2.0  # the main session answered by N+1: the gateway forwards there
+        while last_generation() == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        rid = probe_calls(rid)
+        time.sleep(max(0.0, pause - (1 + PROBE_ORDINARY_CALLS) * PROBE_GAP_SECONDS))
+    time.sleep(1.0)
+    stop.set()
+    thread.join(call_timeout + 60)
+    run.deleted = [main.close(), probe.close()]
+    return run
+
+
+def session_lines(srun: SessionRun) -> list[str]:
+    """What the handshake-era path measured, in words: calls and failures of each session, the
+    re-bound calls' latency (the probe's, free of holds; the main session's, holds included)."""
+    if srun.opened:
+        return [f"  no session: {srun.opened}"]
+    out: list[str] = []
+    for who, calls in (("main", srun.main), ("probe", srun.probe)):
+        t = gwstats.tally([gwstats.Call(c.at, c.seconds, c.cause) for c in calls])
+        out.append(f"  {who} session: {t.calls} calls, {t.failed} failed ({gwstats.causes_text(t.causes)})")
+    a = gwsession.added(srun.probe, first_generation=srun.probe_first_generation)
+    if a is None:
+        out.append("  re-bound calls (probe): none answered, or no ordinary call to compare with")
+    else:
+        out.append(f"  re-bound calls (probe, quiet during the handoff): {a.rebound}, p50 {1000 * a.rebound_p50:.3f} ms "
+                   f"p95 {1000 * a.rebound_p95:.3f} ms; its {a.ordinary} ordinary calls p50 {1000 * a.ordinary_p50:.3f} ms "
+                   f"p95 {1000 * a.ordinary_p95:.3f} ms; added p50 {1000 * a.added_p50:.3f} ms p95 {1000 * a.added_p95:.3f} ms")
+    held = [srun.main[i].seconds for i in gwsession.rebound(srun.main, first_generation=srun.main_first_generation)]
+    if held:
+        out.append(f"  re-bound calls (main, first on each generation, mostly held through the handoff): {len(held)}, "
+                   f"p50 {gwstats.percentile(held, 50):.3f} s p95 {gwstats.percentile(held, 95):.3f} s")
+    out.append(f"  DELETE at the end (main, probe): {', '.join(srun.deleted)}")
+    return out
+
+
+def report_session_run(label: str, srun: SessionRun) -> None:
+    print(f"  {label}:", flush=True)
+    for c in sorted((c for c in srun.main + srun.probe if not c.ok), key=lambda c: c.at)[:8]:
+        k = max((j for j, (a, _) in enumerate(srun.windows) if a <= c.at), default=-1)
+        where = f"{c.at - srun.windows[k][0]:+.2f}s after handoff {k + 1} began" if k >= 0 else "before the first handoff"
+        print(f"    failed: {where} (took {c.seconds:.2f}s): {c.cause}", flush=True)
+    for line in session_lines(srun):
+        print(line, flush=True)
+
+
 # ---------------------------------------------------------------- objects
 
-def runtime(name: str, *, port: int, gateway: bool, never_ready: bool = True) -> dict[str, Any]:
+def runtime(name: str, *, port: int, gateway: bool, never_ready: bool = True, sessions: str | None = None) -> dict[str, Any]:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ToolRuntime", "metadata": {"name": name},
             "spec": {"template": {"metadata": {"labels": {"app": name},
                                                "annotations": {NEVER_READY: "true"} if never_ready else {}},
@@ -400,7 +627,7 @@ def runtime(name: str, *, port: int, gateway: bool, never_ready: bool = True) ->
                                                            "ports": [{"name": "http", "containerPort": port}]}]}},
                      # The bench's clients are loopback sockets, no pod (docs/gateway.md, "Who may call").
                      "service": {"ports": [{"port": 80, "targetPort": "http"}], "gateway": gateway,
-                                 "clients": {"cidrs": ["127.0.0.0/8"]}},
+                                 "clients": {"cidrs": ["127.0.0.0/8"]}, **({"sessions": sessions} if sessions else {})},
                      "budgets": {"lockSeconds": 10, "connectSeconds": 60, "drainSeconds": 10,
                                  "terminationGraceSeconds": 1, "cleanupSeconds": 30, "admissionSeconds": 30}}}
 
@@ -437,7 +664,8 @@ def main() -> int:
     ap.add_argument("--rss-runtimes", type=int, default=1000)
     ap.add_argument("--skip", default="", help="parts to leave out, comma-separated: handoffs,latency,throughput,rss")
     ap.add_argument("--gateway-log-level", default="INFO", help="of the handoff part's gateway (its log is in the work directory)")
-    ap.add_argument("--paths", default="direct,gw,recreate,rolling", help="handoff paths to run, comma-separated")
+    ap.add_argument("--paths", default="direct,gw,session,recreate,rolling",
+                    help="handoff paths to run, comma-separated (session: the handshake-era client through the gateway)")
     ap.add_argument("--profile", metavar="FILE", help="py-spy record the throughput gateway's first round (collapsed stacks; "
                          "with --baseline the baseline's first round too, to FILE.baseline)")
     ap.add_argument("--baseline", type=Path, metavar="DIR",
@@ -447,11 +675,12 @@ def main() -> int:
     ap.add_argument("--tput-rounds", type=int, default=2,
                     help="with --baseline: throughput rounds of each gateway, alternating")
     ap.add_argument("--tool-host", nargs=2, metavar=("PORT", "MAX_SECONDS"), help=argparse.SUPPRESS)
+    ap.add_argument("--tool-sessions", type=Path, metavar="FILE", help=argparse.SUPPRESS)
     ap.add_argument("--load", nargs=6, metavar=("IP", "PORT", "HOST", "SECONDS", "CONCURRENCY", "MAX_CALLS"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.tool_host:
-        tool_host_main(int(args.tool_host[0]), float(args.tool_host[1]))
+        tool_host_main(int(args.tool_host[0]), float(args.tool_host[1]), args.tool_sessions)
         return 0
     if args.load:
         load_main(args.load[0], int(args.load[1]), args.load[2], float(args.load[3]), int(args.load[4]), int(args.load[5]))
@@ -552,6 +781,9 @@ def run(args: argparse.Namespace) -> int:
         # ------------------------------------------------------------ part 1: handoffs
         rows: list[tuple[str, gwstats.Tally, list[float], list[float]]] = []
         gw_counts: dict[str, float] = {}
+        session_runs: dict[str, SessionRun] = {}
+        session_counts: dict[str, float] = {}
+        tool_sessions: dict[str, dict[str, int]] = {}   # path -> what its tools saw (gwsession.SessionTool.counts)
         if "handoffs" not in skip:
             paths: list[tuple[str, str, Callable[[int], None], Callable[[], tuple[str, int, str]]]] = []
             wanted = {p.strip() for p in args.paths.split(",")}
@@ -559,10 +791,19 @@ def run(args: argparse.Namespace) -> int:
             # runtime; that gateway runs only for its turn, sealed by the current operator).
             baton_paths = [("direct", False), ("gw", True)] + ([("gwbase", True)] if args.baseline is not None
                                                                and "gw" in wanted else [])
+            # The handshake-era client (issue 42): its own runtime (sessions: Rebind, the default, said),
+            # whose tools keep MCP sessions; with --baseline, again through the baseline's gateway.
+            baton_paths += [(n, True) for n in ["session"] + (["sessbase"] if args.baseline is not None else [])
+                            if "session" in wanted]
+            session_files: dict[str, Path] = {}
             for name, gateway in baton_paths:
                 port = free_port()
-                custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, runtime(name, port=port, gateway=gateway))
-                tools.append(PodTools(core, NS, f"baton.dev/runtime={name}", port, max_seconds=7200, log=work / "tools.log"))
+                custom.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, runtime(
+                    name, port=port, gateway=gateway, sessions="Rebind" if name in ("session", "sessbase") else None))
+                if name in ("session", "sessbase"):
+                    session_files[name] = work / f"tool-sessions-{name}.json"
+                tools.append(PodTools(core, NS, f"baton.dev/runtime={name}", port, max_seconds=7200, log=work / "tools.log",
+                                      sessions_file=session_files.get(name)))
             for name, strategy in (("recreate", "Recreate"), ("rolling", "RollingUpdate")):
                 port = free_port()
                 apps.create_namespaced_deployment(NS, deployment(name, port=port, strategy=strategy))
@@ -593,12 +834,18 @@ def run(args: argparse.Namespace) -> int:
                 paths.insert(2, ("baseline gateway (Baton, gateway on)", "gwbase", baton_change("gwbase"),
                                  lambda: ("127.0.0.1", base_gw["gw"].port, f"gwbase.{NS}")))
                 wanted.add("gwbase")
+            at = max(i for i, p in enumerate(paths) if p[1] in ("gw", "gwbase")) + 1
+            for name, label in SESSION_LABELS.items():
+                if any(n == name for n, _ in baton_paths):
+                    paths.insert(at, (label, name, baton_change(name), lambda: ("127.0.0.1", 0, "")))  # dialled by SessionClient
+                    wanted.add(name)
+                    at += 1
             for label, name, change, dial in paths:
                 if name not in wanted:
                     continue
-                if name == "gwbase":
+                if name in ("gwbase", "sessbase"):
                     path = os.pathsep.join([str(args.baseline / "operator"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-                    handoff_base = GatewayProcess(plane, work, identity="bench-gw-base-handoffs", namespaces=[NS],
+                    handoff_base = GatewayProcess(plane, work, identity=f"bench-gw-base-{name}", namespaces=[NS],
                                                   system_namespace=NS, env={"BATON_LOG_LEVEL": args.gateway_log_level,
                                                                             **GATEWAY_DEFAULTS, "PYTHONPATH": path})
                     children.append(handoff_base)
@@ -606,8 +853,30 @@ def run(args: argparse.Namespace) -> int:
                     base_gw["gw"] = handoff_base
                     wait_for(lambda: metric(handoff_base.metrics_port, "baton_gateway_forwarding") == 1, timeout=60,
                              what="the baseline gateway forwarding")
-                    wait_for(lambda: post("127.0.0.1", handoff_base.port, f"gwbase.{NS}", rpc(0), 5)[0] == 200, timeout=60,
-                             what="the baseline gateway forwards to gwbase", interval=0.2, ignore=(OSError,))
+                    # The session tool answers a call without a session 400: it reached the tool.
+                    reached = 200 if name == "gwbase" else 400
+                    wait_for(lambda: post("127.0.0.1", handoff_base.port, f"{name}.{NS}", rpc(0), 5)[0] == reached,
+                             timeout=60, what=f"the baseline gateway forwards to {name}", interval=0.2, ignore=(OSError,))
+                if name in ("session", "sessbase"):
+                    srun = session_run(ip="127.0.0.1", port=gw.port if name == "session" else base_gw["gw"].port,
+                                       host=f"{name}.{NS}", change=change, handoffs=args.handoffs, pause=args.pause,
+                                       interval=1 / args.rate, call_timeout=args.call_timeout)
+                    session_runs[name] = srun
+                    report_session_run(label, srun)
+                    if name == "sessbase":
+                        base_gw["gw"].signal(signal.SIGTERM)
+                        base_gw["gw"].wait_exit(30)
+                    if srun.opened:
+                        continue
+                    t = gwstats.tally(srun.all_calls(), srun.windows)
+                    durations = [b - a for a, b in srun.windows]
+                    rows.append((label, t, durations, [c.seconds for c in srun.main + srun.probe if c.ok] or [0.0]))
+                    if name == "session":
+                        session_counts.update({k: metric(gw.metrics_port, "baton_gateway_sessions_rebound_total", outcome=k)
+                                               for k in ("rebound", "failed")})
+                        print("  the gateway's re-binds: " + ", ".join(f"{k} {int(v)}" for k, v in session_counts.items()),
+                              flush=True)
+                    continue
                 stop = threading.Event()
                 calls: list[gwstats.Call] = []
                 bound = args.handoffs * 60 + 60
@@ -645,6 +914,8 @@ def run(args: argparse.Namespace) -> int:
                     base_gw["gw"].wait_exit(30)
             for pt in tools:
                 pt.stop()
+                if pt.sessions_file is not None and pt.sessions_file.exists():
+                    tool_sessions[pt.sessions_file.stem.rsplit("-", 1)[1]] = json.loads(pt.sessions_file.read_text())
             tools.clear()
             gw_counts = {k: metric(gw.metrics_port, "baton_gateway_calls_total", outcome=k)
                          for k in ("forwarded", "held_then_forwarded", "refused")}
@@ -885,7 +1156,7 @@ def run(args: argparse.Namespace) -> int:
         if rows:
             say("")
             say(f"{args.handoffs} handoffs per path, {args.rate:g} calls/s (stateless JSON-RPC, new connection each, "
-                f"timeout {args.call_timeout:g}s)")
+                f"timeout {args.call_timeout:g}s" + ("; the handshake-era sessions: below)" if session_runs else ")"))
             say(f"{'path':36} {'calls':>6} {'failed':>6} {'hit':>4} {'outage s':>8} {'handoff p50 s':>13} "
                 f"{'answered p50/p99/max s':>22}  causes")
             for label, t, durations, ok in rows:
@@ -896,6 +1167,20 @@ def run(args: argparse.Namespace) -> int:
                 say("  the gateway's own counts: " + ", ".join(f"{k} {int(v)}" for k, v in gw_counts.items()))
             say("  (hit: handoffs during which, or within 1 s after which, a call failed; outage: the longest "
                 "run of consecutive failed calls)")
+            for name, srun in session_runs.items():
+                say("")
+                say(f"handshake-era client (2025-11-25, issue 42) via {'the gateway' if name == 'session' else 'the baseline gateway'}: "
+                    f"two sessions, each initialized once and kept for the whole run, kept-alive connection; the main "
+                    f"one calls every {1000 / args.rate:.0f} ms one call after the other, the probe only between handoffs")
+                for line in session_lines(srun):
+                    say(line)
+                if name == "session" and session_counts:
+                    say("  the gateway's re-binds (baton_gateway_sessions_rebound_total): "
+                        + ", ".join(f"{k} {int(v)}" for k, v in session_counts.items()))
+                seen = tool_sessions.get(name)
+                if seen is not None:
+                    say(f"  the tools saw: {', '.join(f'{k} {v}' for k, v in sorted(seen.items()))} (once per session and "
+                        f"generation: {2 * (1 + args.handoffs)} initialize)")
         if lat["gateway"] and lat["direct"]:
             g, d = lat["gateway"], lat["direct"]
             say("")
@@ -954,10 +1239,21 @@ def run(args: argparse.Namespace) -> int:
                 f"({s['failed']} failed): peak {rss['peak']:.1f} MiB, now {rss['now']:.1f} MiB")
         say("")
         say("targets (issue 24)                                    measured            met")
-        if rows:
-            gwrow = next(t for label, t, _, _ in rows if label.startswith("gateway"))
+        gwrow = next((t for label, t, _, _ in rows if label.startswith("gateway")), None)
+        if gwrow is not None:
             say(f"{'0 failed calls across the handoffs via the gateway':52} {gwrow.failed:>8d} of {gwrow.calls:<6d}    "
                 f"{'yes' if gwrow.failed == 0 else 'no'}")
+        sess = session_runs.get("session")
+        if sess is not None and not sess.opened:
+            srow = next(t for label, t, _, _ in rows if label == SESSION_LABELS["session"])
+            say(f"{'0 failed calls, handshake-era session (issue 42)':52} {srow.failed:>8d} of {srow.calls:<6d}    "
+                f"{'yes' if srow.failed == 0 else 'no'}")
+            sa = gwsession.added(sess.probe, first_generation=sess.probe_first_generation)
+            if sa is not None:
+                say(f"{'re-bound call adds p50 <= 5 ms (issue 42)':52} {1000 * sa.added_p50:8.3f} ms           "
+                    f"{'yes' if sa.added_p50 <= 0.005 else 'no'}")
+            else:
+                say(f"{'re-bound call adds p50 <= 5 ms (issue 42)':52} {'none':>8}              no")
         if lat["gateway"] and lat["direct"]:
             a50, a99 = 1000 * gwstats.added(lat["gateway"], lat["direct"], 50), 1000 * gwstats.added(lat["gateway"], lat["direct"], 99)
             say(f"{'added latency p50 <= 1 ms':52} {a50:8.3f} ms           {'yes' if a50 <= 1 else 'no'}")
@@ -985,13 +1281,19 @@ def run(args: argparse.Namespace) -> int:
             for label, current, baseline_value, better in figures:
                 v = gwbaseline.verdict(current=current, baseline=baseline_value, better=better)
                 say(f"{label:40} {v.current:10.3f} {v.baseline:10.3f} {v.ratio:6.2f}  {'yes' if v.within else 'NO'}")
-            if rows:
-                gwrow = next(t for label, t, _, _ in rows if label.startswith("gateway"))
+            if gwrow is not None:
                 basecalls = next((t for label, t, _, _ in rows if label.startswith("baseline gateway")), None)
                 say(f"{'failed calls across the handoffs (current)':40} {gwrow.failed:>10d} of {gwrow.calls}: "
                     f"{'yes' if gwrow.failed == 0 else 'NO'}" + (
                         f"; the baseline's in this run: {basecalls.failed} of {basecalls.calls}" if basecalls is not None
                         else " (the baseline's: 0 of 2040, docs/performance.md)"))
+            srow_cur = next((t for label, t, _, _ in rows if label == SESSION_LABELS["session"]), None)
+            srow_base = next((t for label, t, _, _ in rows if label == SESSION_LABELS["sessbase"]), None)
+            if srow_cur is not None:
+                say(f"{'failed calls, handshake-era session':40} {srow_cur.failed:>10d} of {srow_cur.calls}: "
+                    f"{'yes' if srow_cur.failed == 0 else 'NO'}" + (
+                        f"; the baseline's in this run: {srow_base.failed} of {srow_base.calls}" if srow_base is not None
+                        else ""))
         say(f"(whole run {time.monotonic() - started:.0f}s)")
         return 0
     finally:
