@@ -12,6 +12,11 @@
 # pulled here: check it, and move it to the newest 3.13 patch, where a registry is reachable:
 #   docker buildx imagetools inspect python:3.13-slim-trixie
 ARG PYTHON_IMAGE=python:3.13.14-slim-trixie@sha256:9662417aace5ae7b8e2609cce472b72a8958e134ba372808abe9cc1a0c0125e6
+# The Go toolchain for baton-bridge (bridge/, standard library only): the index digest of
+# golang:1.26.8-trixie as docker-library/repo-info recorded it (repos/golang/remote/
+# 1.26.8-trixie.md, built 2026-09-01). Not pulled here either (no registry reachable): check it
+# where one is: docker buildx imagetools inspect golang:1.26.8-trixie
+ARG GO_IMAGE=golang:1.26.8-trixie@sha256:771f3162219f7a66bb6be3fea1ba31f418932946a99ad9eac26ffd555dfcf393
 
 # --- build: the package and its dependencies into a venv at /opt/baton ----------------------
 FROM ${PYTHON_IMAGE} AS build
@@ -28,6 +33,15 @@ COPY operator /src/operator
 # Same steps as tests/integration/test_dockerfile.py runs without Docker.
 RUN sh /src/hack/image-install.sh /opt/baton /src
 
+# --- bridge: baton-bridge, static (CGO_ENABLED=0), so it runs in any Linux image -----------
+# The operator's pod builder copies it from this image into a stdio runtime's pod (an init
+# container); nothing in the operator runs it. No modules to download: the standard library only.
+FROM ${GO_IMAGE} AS bridge
+WORKDIR /src/bridge
+COPY bridge/ /src/bridge/
+RUN CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local \
+    go build -trimpath -ldflags='-s -w' -o /out/baton-bridge .
+
 # --- final: the venv on the same slim base; nothing built or installed here ----------------
 FROM ${PYTHON_IMAGE}
 # The operator's version (pyproject.toml; a test checks they agree), the commit it was built
@@ -43,6 +57,7 @@ LABEL org.opencontainers.image.title="baton" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.licenses="${LICENSES}"
 COPY --from=build /opt/baton /opt/baton
+COPY --from=bridge /out/baton-bridge /opt/baton/bin/baton-bridge
 # No installer in the image: the venv has none (hack/image-install.sh uninstalls pip, setuptools
 # and wheel), and the base's own goes here (the official image's pip and its scripts, the wheels
 # ensurepip and Debian's python3-venv keep). Only removals: nothing is installed in this stage.

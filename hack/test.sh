@@ -13,8 +13,15 @@ nice -n 19 "$PY" hack/kind.py prebuild >"$log" 2>&1 &
 build=$!
 trap 'kill "$build" 2>/dev/null; wait "$build" 2>/dev/null' INT TERM
 t0=$SECONDS
+# The stdio bridge's Go unit tests (seconds; tests/unit/bridge builds and drives the binary).
+(cd bridge && go test ./...)
+grc=$?
 "$PY" -m pytest tests --ignore=tests/e2e "$@"
 rc=$?
+if [[ $grc -ne 0 ]]; then
+  echo "test.sh: go test in bridge/ failed" >&2
+  rc=1
+fi
 echo "test.sh: tests on the local plane ended after $((SECONDS - t0)) s (rc=$rc); waiting for the kind build" >&2
 wait "$build"
 brc=$?

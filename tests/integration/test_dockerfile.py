@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 # Pinned by version and by digest: the digest decides what is pulled.
 PINNED_PYTHON = re.compile(r"^python:\d+\.\d+\.\d+-slim-[a-z]+@sha256:[0-9a-f]{64}$")
+# The one Go stage (`AS bridge`: baton-bridge, static; its binary is all the final stage takes).
+PINNED_GO = re.compile(r"^golang:\d+\.\d+\.\d+-[a-z]+@sha256:[0-9a-f]{64}$")
 COMPILERS = re.compile(r"\b(gcc|g\+\+|clang|cc|build-essential|make|python3-dev)\b")
 INSTALLERS = ("pip", "setuptools", "wheel")
 # What a final-stage RUN may do: remove files and check (no package manager, no download).
@@ -80,6 +82,9 @@ def test_multi_stage_pinned_slim_non_root_no_compilers() -> None:
     assert len(st) >= 2, "multi-stage: a build stage and a final stage"
     for stage in st:
         image = stage[0][1].split()[0]
+        if stage[0][1].split()[-2:] == ["AS", "bridge"]:
+            assert PINNED_GO.match(image), f"the bridge stage's image not a pinned golang: {image}"
+            continue
         assert PINNED_PYTHON.match(image), f"base image not a pinned python slim: {image}"
     final = st[-1]
     for i, rest in final:
@@ -244,8 +249,11 @@ def test_oci_labels_name_source_version_revision_licenses() -> None:
 def test_base_image_is_a_digest_pinned_build_argument() -> None:
     args = [rest for i, rest in instructions() if i == "ARG" and rest.startswith("PYTHON_IMAGE=")]
     assert len(args) == 1 and PINNED_PYTHON.match(args[0].partition("=")[2]), args
-    froms = [rest.split()[0] for i, rest in instructions() if i == "FROM"]
+    go_args = [rest for i, rest in instructions() if i == "ARG" and rest.startswith("GO_IMAGE=")]
+    assert len(go_args) == 1 and PINNED_GO.match(go_args[0].partition("=")[2]), go_args
+    froms = [rest.split()[0] for i, rest in instructions() if i == "FROM" and not rest.endswith(" AS bridge")]
     assert froms and froms == ["${PYTHON_IMAGE}"] * len(froms), froms
+    assert [rest for i, rest in instructions() if i == "FROM" and rest.endswith(" AS bridge")] == ["${GO_IMAGE} AS bridge"]
 
 
 def test_dockerignore_admits_every_copied_path() -> None:
