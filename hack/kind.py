@@ -15,7 +15,8 @@
 Needs root. Every build is cached outside the work tree under ~/.cache/baton (BATON_KIND_CACHE),
 keyed by the content of its inputs: the Go tools by hack/build-tools.sh, the node image by
 hack/kind/node/ and the versions, the Debian python base by KIND_PYTHON_SUITE, the wheelhouse by
-requirements/image.lock and the base's Python version, the operator and tool-server images by their build contexts.
+requirements/image.lock and the base's Python version, the operator and tool-server images by their build contexts,
+the nodejs base (the TypeScript MCP client's) by the suite, its node_modules by its package-lock.json.
 
 What `up` changes on the host, recorded in DIR/kind/host.json before it is changed, and undone by
 `down` (also after a failed `up`): podman's storage, network config and state live under
@@ -195,7 +196,7 @@ def build() -> Built:
                 run("bash", KIND_DIR / "node" / "build.sh", out, cp_bin, kind_bin, image,
                     env=env, timeout=3600, capture=False)
             log(f"node image built in {time.monotonic() - t0:.0f}s")
-            prune(CACHE.glob("kind-node-*"), keep=out)
+            prune(CACHE.glob("kind-node-*"), out)
     return Built(kind_bin=kind_bin, node_archive=archive, node_image=image)
 
 
@@ -492,14 +493,73 @@ def python_rootfs() -> tuple[Path, str]:
 
 def python_base(env: dict[str, str], rootfs: Path) -> str:
     """localhost/baton-python:<suite> in the storage of ENV, from python_rootfs()."""
-    image = f"localhost/baton-python:{versions()['KIND_PYTHON_SUITE']}"
+    return os_base(env, rootfs, f"localhost/baton-python:{versions()['KIND_PYTHON_SUITE']}")
+
+
+def nodejs_rootfs() -> tuple[Path, str]:
+    """Debian KIND_PYTHON_SUITE's nodejs as a root filesystem directory, cached: the Node runtime
+    of the TypeScript MCP client image, from the same suite as the python base (trixie: Node 20).
+    Its major version must be the one tests/e2e/mcptool-ts/package.json's engines name."""
+    suite = versions()["KIND_PYTHON_SUITE"]
+    mirror = os.environ.get("KIND_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+    # Not "kind-node-*": build() prunes those (the kind node image).
+    out = CACHE / f"nodejs-rootfs-{suite}-{digest(suite, mirror, 'nodejs')}"
+    rootfs = out / "rootfs"
+    with locked(out):
+        if not rootfs.exists():
+            log(f"mmdebstrap {suite} with nodejs into {out}")
+            t0 = time.monotonic()
+            security = os.environ.get("KIND_DEBIAN_SECURITY", "http://deb.debian.org/debian-security")
+            part = out / "rootfs.part"
+            shutil.rmtree(part, ignore_errors=True)
+            run("mmdebstrap", "--quiet", "--variant=apt", "--format=directory", "--include=nodejs",
+                suite, part, f"deb {mirror} {suite} main", f"deb {mirror} {suite}-updates main",
+                f"deb {security} {suite}-security main", timeout=900)
+            os.replace(part, rootfs)
+            log(f"nodejs base rootfs ({suite}) built in {time.monotonic() - t0:.0f}s")
+    # The package's version, from dpkg's status file (running the rootfs' node needs a chroot).
+    status = (rootfs / "var" / "lib" / "dpkg" / "status").read_text()
+    entry = next((e for e in status.split("\n\n") if e.startswith("Package: nodejs\n")), "")
+    have = next((ln.split()[1] for ln in entry.splitlines() if ln.startswith("Version: ")), "?")
+    engines = json.loads((MCPTOOL_TS / "package.json").read_text())["engines"]["node"]
+    want = engines.removeprefix(">=").split(".")[0].split()[0]
+    if have.split(".")[0] != want:
+        raise KindError(f"Debian {suite} has nodejs {have}; {MCPTOOL_TS}/package.json wants node {engines}")
+    return rootfs, have
+
+
+def os_base(env: dict[str, str], rootfs: Path, image: str) -> str:
+    """IMAGE in the storage of ENV, from a root filesystem directory."""
     c = run("buildah", "from", "scratch", env=env).stdout.strip()
     run("buildah", "add", "--quiet", c, rootfs, "/", env=env)
-    # A scratch image has no PATH: the Dockerfile's ENV extends it.
+    # A scratch image has no PATH: the Containerfiles' ENV extends it.
     run("buildah", "config", "--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         c, env=env)
     run("buildah", "commit", "--quiet", "--rm", c, image, env=env)
     return image
+
+
+def node_modules(context: Path) -> Path:
+    """`npm ci` of CONTEXT's package-lock.json (every package by version and integrity hash) on the
+    host, cached by the lock: the build mounts it (the build itself runs with --network none)."""
+    out = CACHE / f"npm-{digest(context / 'package.json', context / 'package-lock.json')}"
+    with locked(out):
+        if not (out / ".ok").exists():
+            if not shutil.which("npm"):
+                raise KindError(f"npm is not on PATH: {context.name}'s image needs the host's npm "
+                                "(Node.js 20) to install its package-lock.json")
+            shutil.rmtree(out / "node_modules", ignore_errors=True)
+            for f in ("package.json", "package-lock.json"):
+                shutil.copy(context / f, out / f)
+            log(f"npm ci of {context / 'package-lock.json'} into {out}")
+            t0 = time.monotonic()
+            # --ignore-scripts: no package's install script runs on the host.
+            run("bash", "-c", 'cd "$1" && npm ci --omit=dev --ignore-scripts --no-audit --no-fund '
+                '--loglevel=error --cache "$1/.npm"', "npm-ci", out, timeout=900)
+            log(f"node_modules installed in {time.monotonic() - t0:.0f}s")
+            shutil.rmtree(out / ".npm", ignore_errors=True)
+            (out / ".ok").touch()
+    return out
 
 
 def wheelhouse(python: str, lock: Path = REPO / "requirements" / "image.lock") -> Path:
@@ -528,6 +588,9 @@ TOOLSERVER_IMAGE = "localhost/baton-toolserver:e2e"
 # The MCP tool and client of tests/e2e/test_gateway_mcp.py: the official MCP SDK from PyPI
 # (its lock, hash-checked wheels downloaded on the host), server.py and client.py.
 MCPTOOL = REPO / "tests" / "e2e" / "mcptool"
+# Its TypeScript client: the official @modelcontextprotocol/sdk from npm (package-lock.json) on
+# Debian's nodejs, client.mjs.
+MCPTOOL_TS = REPO / "tests" / "e2e" / "mcptool-ts"
 
 
 @dataclass
@@ -538,6 +601,8 @@ class AppImages:
     toolserver_archive: Path
     mcptool: str
     mcptool_archive: Path
+    mcptool_ts: str
+    mcptool_ts_archive: Path
 
 
 def app_images() -> AppImages:
@@ -550,14 +615,20 @@ def app_images() -> AppImages:
     op_key = digest(base_key, *OPERATOR_CONTEXT)
     ts_key = digest(base_key, TOOLSERVER)
     mcp_key = digest(rootfs.parent.name, mcp_wheels.name, MCPTOOL)
+    node_rootfs, node_version = nodejs_rootfs()
+    modules = node_modules(MCPTOOL_TS)
+    ts_client_key = digest(node_rootfs.parent.name, node_version, modules.name, MCPTOOL_TS)
     out = CACHE / "kind-app-images"
     result = AppImages(operator=f"localhost/baton:e2e-{op_key}",
                        operator_archive=out / f"baton-{op_key}.tar",
                        toolserver=TOOLSERVER_IMAGE,
                        toolserver_archive=out / f"toolserver-{ts_key}.tar",
                        mcptool=f"localhost/baton-mcptool:e2e-{mcp_key}",
-                       mcptool_archive=out / f"mcptool-{mcp_key}.tar")
-    archives = (result.operator_archive, result.toolserver_archive, result.mcptool_archive)
+                       mcptool_archive=out / f"mcptool-{mcp_key}.tar",
+                       mcptool_ts=f"localhost/baton-mcptool-ts:e2e-{ts_client_key}",
+                       mcptool_ts_archive=out / f"mcptool-ts-{ts_client_key}.tar")
+    archives = (result.operator_archive, result.toolserver_archive, result.mcptool_archive,
+                result.mcptool_ts_archive)
     with locked(out):
         if all(a.exists() for a in archives):
             return result
@@ -585,21 +656,30 @@ def app_images() -> AppImages:
                 _save(result.mcptool, result.mcptool_archive, env)
                 log(f"{result.mcptool} built in {time.monotonic() - t0:.0f}s "
                     f"({result.mcptool_archive.stat().st_size / 2**20:.0f} MiB archive)")
+            if not result.mcptool_ts_archive.exists():
+                log(f"building {result.mcptool_ts} (nodejs {node_version})")
+                t0 = time.monotonic()
+                node_base = os_base(env, node_rootfs, f"localhost/baton-nodejs:{versions()['KIND_PYTHON_SUITE']}")
+                run("buildah", "build", "--quiet", "--pull-never", "--network", "none", "--layers=false",
+                    "--build-arg", f"NODE_IMAGE={node_base}", "-v", f"{modules}:/deps:ro",
+                    "-f", MCPTOOL_TS / "Containerfile", "-t", result.mcptool_ts, MCPTOOL_TS,
+                    env=env, timeout=900)
+                _save(result.mcptool_ts, result.mcptool_ts_archive, env)
+                log(f"{result.mcptool_ts} built in {time.monotonic() - t0:.0f}s "
+                    f"({result.mcptool_ts_archive.stat().st_size / 2**20:.0f} MiB archive)")
             # The size docs/kind.md quotes: podman's figure (uncompressed layers) of each image.
             sizes = run("podman", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
                         env=env).stdout.strip()
             log("image sizes (podman image ls): " + "; ".join(sizes.splitlines()))
-        prune(out.glob("*.tar"), keep=result.operator_archive, also_keep=result.toolserver_archive,
-              and_keep=result.mcptool_archive)
+        prune(out.glob("*.tar"), *archives)
     return result
 
 
-def prune(paths: Iterator[Path], keep: Path, also_keep: Path | None = None,
-          and_keep: Path | None = None) -> None:
+def prune(paths: Iterator[Path], *keep: Path) -> None:
     """Remove the cached builds of older inputs (each is hundreds of MB): the cache holds the
     current key of each build only."""
     for p in paths:
-        if p not in (keep, also_keep, and_keep):
+        if p not in keep:
             log(f"removing the outdated {p}")
             shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
@@ -648,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
             print(imgs.operator_archive)
             print(imgs.toolserver_archive)
             print(imgs.mcptool_archive)
+            print(imgs.mcptool_ts_archive)
         elif a.command == "up":
             print(up(a.dir.resolve(), a.name))
         elif a.command == "down":
