@@ -539,6 +539,26 @@ def os_base(env: dict[str, str], rootfs: Path, image: str) -> str:
     return image
 
 
+def go_base(env: dict[str, str], base: str) -> str:
+    """The Dockerfile's GO_IMAGE where no registry is: BASE with the host's Go toolchain at
+    /usr/local/go, as localhost/baton-go:<go version>. The bridge (bridge/) is the standard
+    library only, built with GOTOOLCHAIN=local: nothing is downloaded in the build."""
+    goroot = run("go", "env", "GOROOT").stdout.strip()
+    version = run("go", "env", "GOVERSION").stdout.strip()
+    image = f"localhost/baton-go:{version}"
+    c = run("buildah", "from", "--pull-never", base, env=env).stdout.strip()
+    run("buildah", "copy", "--quiet", c, goroot, "/usr/local/go", env=env)
+    run("buildah", "config", "--env", "PATH=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "--env", "GOCACHE=/tmp/go-build", "--env", "GOPATH=/tmp/go", c, env=env)
+    run("buildah", "commit", "--quiet", "--rm", c, image, env=env)
+    return image
+
+
+def go_version() -> str:
+    """The host's Go (its version keys the operator image: the bridge is built with it)."""
+    return run("go", "env", "GOVERSION").stdout.strip()
+
+
 def node_modules(context: Path) -> Path:
     """`npm ci` of CONTEXT's package-lock.json (every package by version and integrity hash) on the
     host, cached by the lock: the build mounts it (the build itself runs with --network none)."""
@@ -580,7 +600,7 @@ def wheelhouse(python: str, lock: Path = REPO / "requirements" / "image.lock") -
 # the cached image archives.
 OPERATOR_CONTEXT = [REPO / p for p in ("Dockerfile", ".dockerignore", "hack/image-install.sh",
                                        "requirements/image.lock", "pyproject.toml", "README.md",
-                                       "operator")]
+                                       "operator", "bridge")]
 TOOLSERVER = REPO / "tests" / "e2e" / "toolserver"
 # The tool server's name is fixed (the archive is keyed by content): examples/*.yaml name it, so
 # they run as written on a cluster of this route (tests/e2e/test_incluster.py applies one).
@@ -612,7 +632,7 @@ def app_images() -> AppImages:
     wheels = wheelhouse(python)
     mcp_wheels = wheelhouse(python, MCPTOOL / "requirements.lock")
     base_key = digest(rootfs.parent.name, wheels.name)
-    op_key = digest(base_key, *OPERATOR_CONTEXT)
+    op_key = digest(base_key, go_version(), *OPERATOR_CONTEXT)
     ts_key = digest(base_key, TOOLSERVER)
     mcp_key = digest(rootfs.parent.name, mcp_wheels.name, MCPTOOL)
     node_rootfs, node_version = nodejs_rootfs()
@@ -638,7 +658,8 @@ def app_images() -> AppImages:
                       "--layers=false", "--build-arg", f"PYTHON_IMAGE={base}"]
             if not result.operator_archive.exists():
                 log(f"building {result.operator}")
-                run(*common, "--build-arg", "PIP_NO_INDEX=1", "--build-arg", "PIP_FIND_LINKS=/wheels",
+                run(*common, "--build-arg", f"GO_IMAGE={go_base(env, base)}",
+                    "--build-arg", "PIP_NO_INDEX=1", "--build-arg", "PIP_FIND_LINKS=/wheels",
                     "-v", f"{wheels}:/wheels:ro", "-f", REPO / "Dockerfile", "-t", result.operator,
                     REPO, env=env, timeout=900)
                 _save(result.operator, result.operator_archive, env)
