@@ -125,7 +125,7 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         raise
     if not controller.started:
         await controller.prepare()  # one bounded list (sharded only), before anything is held
-        metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges))
+        metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges, idle=controller.idle_runtimes))
         metrics.REGISTRY.register(metrics.QueueCollector(controller.running))
         controller.start()
         # The views fill in the background: kopf cancels an unfinished startup activity on

@@ -27,7 +27,7 @@ from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
 from baton.cache import snapshot, store, views as views_mod
-from baton.k8s import client, labels
+from baton.k8s import client, gateways, labels
 from baton.k8s import runtimes as runtimes_api
 from baton.model import names, shardhash
 from baton.model import observed as observed_mod
@@ -64,12 +64,13 @@ class Controller:
             prober=drainprobe.Prober(allowed=settings.probe_allowed), concurrency=settings.probe_concurrency,
             clock=clock, wake=lambda key: self.wake(*key))
         self.gateways = sealing.ApiGateways(namespace=settings.system_namespace, clock=clock,
-                                            admin_key_file=settings.gateway_admin_key_file)
+                                            admin_key_file=settings.gateway_admin_key_file,
+                                            leases=self.views.gateway_leases_listed)
         self.reconciler = reconcile.Reconciler(
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
             probes=self.probes, clock=clock, configs=self.configs,
-            gateways=self.gateways,
+            gateways=self.gateways, bridge_image=settings.image,
         )
         # One replica of the installation reports the per-runtime series (baton.exporter).
         self.exporter = exporter.Exporter(
@@ -130,6 +131,9 @@ class Controller:
             v.network_policies.listeners.append(self._listener(triggers.by_label(names.LABEL_RUNTIME)))
         v.gateway_pods.listeners.append(self._listener(
             lambda old, new: triggers.on_gateway_pod(old, new, endpoint=snapshot.gateway_endpoint, routed=self._routed)))
+        # A gateway replica that begins holding calls for an idle runtime lists it on its Lease:
+        # that runtime's pass runs at once (the wake starts), not at the next resync.
+        v.gateway_leases.listeners.append(self._listener(wake_demanded))
         if v.configmaps is not None:
             v.configmaps.listeners.append(self._listener(self.configs.on_config("ConfigMap")))
         if v.secrets is not None:
@@ -400,6 +404,13 @@ class Controller:
         await self.executor.events.flush(timeout=5.0)
         await self.views.stop()
 
+    def idle_runtimes(self) -> int | None:
+        """baton_runtimes_idle: the runtimes in view that are idle, on the replica(s) that report
+        the per-runtime series (as runtime_gauges: sharded, each its own ranges'); None elsewhere."""
+        if self.ranges is None and not self.exporter.active():
+            return None
+        return sum(1 for rt in list(self.views.runtimes.items()) if is_idle(rt) and self._mine_runtime(rt))
+
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
         """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere.
         Sharded, each replica reports the runtimes of its own ranges instead: it runs passes (so
@@ -412,6 +423,19 @@ class Controller:
                 if rt is None or not self._mine_runtime(rt):
                     continue
             yield ns, name, last.conditions, last.started, last.budget_sum if last.started is not None else None
+
+
+def is_idle(rt: dict[str, Any]) -> bool:
+    """status.idle.since set: the runtime is idle (no generation until a wake)."""
+    idle = (rt.get("status") or {}).get("idle")
+    return isinstance(idle, dict) and bool(idle.get("since"))
+
+
+def wake_demanded(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[Key, float]]:
+    """A gateway Lease's change: the runtimes its ANN_WAKE_DEMAND lists now and did not before,
+    each due at once (one that stays listed was enqueued when it appeared)."""
+    added = gateways.wake_demand(new) - gateways.wake_demand(old)
+    return [((ns, name), 0.0) for ns, name in sorted(tuple(k.split("/", 1)) for k in added)]
 
 
 def _uid(rt: dict[str, Any]) -> str:

@@ -122,6 +122,16 @@ FORCE_RETIRES = prometheus_client.Counter(
     "baton_force_retires_total", "Pinned generations retired by a person (annotation baton.dev/force-retire).",
     registry=REGISTRY,
 )
+# Idle and wake (spec.idle; issue 43). The wake's latency: from the demand (the Wake transition's
+# start) to its generation serving; a wake takes a pod's start, so seconds to minutes.
+WAKES = prometheus_client.Counter(
+    "baton_wakes_total", "Wakes of idle runtimes (spec.idle), by outcome: woken (served within "
+    "spec.idle.wakeSeconds) or failed (retired again, WakeFailed, backed off).", ["outcome"], registry=REGISTRY,
+)
+WAKE_SECONDS = prometheus_client.Histogram(
+    "baton_wake_seconds", "Wake latency of the wakes that served: from the demand to the new generation Ready.",
+    buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600), registry=REGISTRY,
+)
 QUEUE_DEPTH = prometheus_client.Gauge(
     "baton_queue_depth", "Runtimes waiting in the work queue for a worker (not counting timed wake-ups).",
     registry=REGISTRY,
@@ -310,6 +320,7 @@ KNOWN_LABELS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (CLEANUP_FAILURES, "reason", (status_mod.Reason.DELETE_REJECTED.value, status_mod.Reason.POD_STUCK_TERMINATING.value)),
     (STALE_VERBS, "verb", ("reset", "force-recovery", "force-retire")),
     (SHARD_RANGE_MOVES, "move", ("taken", "handed_back", "lost")),
+    (WAKES, "outcome", tuple(o.value.lower() for o in status_mod.WakeOutcome)),
 )
 for _series, _label, _values in KNOWN_LABELS:
     for _value in _values:
@@ -330,9 +341,14 @@ _RECORDED: dict[plan.Metric, tuple[Any, bool]] = {
     plan.Metric.TRANSITIONS: (TRANSITIONS, True),
     plan.Metric.RETIREMENTS_BLOCKED: (RETIREMENTS_BLOCKED_TOTAL, False),
     plan.Metric.FORCE_RETIRES: (FORCE_RETIRES, False),
+    plan.Metric.WAKES: (WAKES, True),
+    plan.Metric.WAKE_SECONDS: (WAKE_SECONDS, False),
 }
 # The histograms among them observe the value; the counters count one.
-_OBSERVED = frozenset({plan.Metric.STEP_DURATION})
+_OBSERVED = frozenset({plan.Metric.STEP_DURATION, plan.Metric.WAKE_SECONDS})
+# Label values written in lower case on the series (the status says Woken/Failed; the alert
+# contract says woken/failed).
+_LOWERED = frozenset({plan.Metric.WAKES})
 
 
 def record(metric: plan.Metric, *, labels: Mapping[str, str], value: float) -> None:
@@ -342,7 +358,7 @@ def record(metric: plan.Metric, *, labels: Mapping[str, str], value: float) -> N
         return
     series, labelled = entry
     if labelled:
-        series = series.labels(**labels)
+        series = series.labels(**({k: v.lower() for k, v in labels.items()} if metric in _LOWERED else labels))
     if metric in _OBSERVED:
         series.observe(value)
     else:
@@ -363,9 +379,13 @@ def condition_status(value: str) -> str:
 class RuntimeCollector:
     """Per-runtime gauges computed at scrape time from the last status each worker saw."""
 
-    def __init__(self, source: Callable[[], Iterable[tuple[str, str, dict[str, str], float | None, float | None]]]):
-        # source yields (namespace, runtime, {condition: status}, transition_start_epoch, budget_sum)
+    def __init__(self, source: Callable[[], Iterable[tuple[str, str, dict[str, str], float | None, float | None]]],
+                 *, idle: Callable[[], int | None] = lambda: None):
+        # source yields (namespace, runtime, {condition: status}, transition_start_epoch, budget_sum);
+        # idle: how many runtimes are idle (status.idle.since set), None where this replica does
+        # not report the per-runtime series (baton.exporter).
         self._source = source
+        self._idle = idle
 
     def collect(self) -> Iterable[prom_core.Metric]:
         by_cond = prom_core.GaugeMetricFamily(
@@ -406,7 +426,12 @@ class RuntimeCollector:
                 budget.add_metric([ns, name], budget_sum)
         for (cond, holds), n in sorted(counts.items()):
             by_cond.add_metric([cond, holds], n)
-        return [by_cond, per, age, budget, blocked]
+        families: list[prom_core.Metric] = [by_cond, per, age, budget, blocked]
+        idle = self._idle()
+        if idle is not None:
+            families.append(prom_core.GaugeMetricFamily(
+                "baton_runtimes_idle", "Runtimes idle now (spec.idle): no generation runs until a wake.", value=idle))
+        return families
 
     def describe(self) -> Iterable[prom_core.Metric]:
         return []

@@ -91,11 +91,12 @@ class Reconciler:
     def __init__(
         self, *, identity: str, lease_seconds: int, backoff_base_seconds: float, views: views_mod.Views,
         executor: execute.Executor, probes: probing.Probes, clock: clock_mod.Clock, configs: triggers.ConfigIndex,
-        gateways: sealing.Gateways | None = None,
+        gateways: sealing.Gateways | None = None, bridge_image: str = "",
     ) -> None:
         self.identity = identity
         self.lease_seconds = lease_seconds
         self.backoff_base_seconds = backoff_base_seconds
+        self.bridge_image = bridge_image  # BATON_IMAGE: stdio runtimes' pods copy the bridge from it
         self.views = views
         self.executor = executor
         self.probes = probes
@@ -125,7 +126,7 @@ class Reconciler:
         facts = snapshot.Facts(
             identity=self.identity, lease_duration_seconds=self.lease_seconds,
             backoff_base_seconds=self.backoff_base_seconds, lease_held_here=leases.holds(key),
-            shutting_down=shutting_down,
+            shutting_down=shutting_down, bridge_image=self.bridge_image,
         )
         snap = await snapshot.read_snapshot(self.views, ns, name, memo=memory.snapshot, learnt=memory, facts=facts,
                                             clock=self.clock)

@@ -156,6 +156,7 @@ class _OperatorEnv(_Env):
     gateway_admin_key_file: str = _f("BATON_GATEWAY_ADMIN_KEY_FILE", "")
     isolate_tool_pods: bool = _f("BATON_ISOLATE_TOOL_PODS", False)
     operator_pod_labels: Labels = _f("BATON_OPERATOR_POD_LABELS", ())
+    image: str = _f("BATON_IMAGE", "", max_length=4096, pattern=r"^[^\s]*$")
 
     @pydantic.field_validator("shard_ranges")
     @classmethod
@@ -204,6 +205,9 @@ class Settings:
     # operator_pod_labels: the operator pods' labels (the chart's selector labels), required then.
     isolate_tool_pods: bool = False
     operator_pod_labels: tuple[tuple[str, str], ...] = ()
+    # Baton's own image (the chart sets it): a stdio runtime's pod copies the bridge from it
+    # (docs/stdio.md). Unset: stdio runtimes are not started (Degraded InvalidSpec says why).
+    image: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -214,6 +218,7 @@ class Settings:
         fields["system_namespace"] = parsed.system_namespace.strip() or "default"
         fields["digest_key_file"] = parsed.digest_key_file.strip()
         fields["gateway_admin_key_file"] = parsed.gateway_admin_key_file.strip()
+        fields["image"] = parsed.image.strip()
         if parsed.isolate_tool_pods and not parsed.operator_pod_labels:
             # Without them the policy would shut the operator's drain probes out of the pods.
             raise SettingsError(variable="BATON_OPERATOR_POD_LABELS",

@@ -517,18 +517,149 @@ class ToolServer:
         self.thread.join(10)
 
 
+BRIDGE_IN_POD = "/baton/baton-bridge"  # the stdio container's command[0] (baton.lifecycle.manifests)
+NEVER_READY = "baton.dev/test-never-ready"  # hack/kwok/pod-never-ready.yaml
+
+
+@dataclass
+class StdioBridges:
+    """The opt-in stdio mode of ToolFleet: a stdio runtime's pod runs the REAL baton-bridge
+    (`binary`, built by tests/unit/bridge/conftest.build_bridge) as its container would, with the
+    command the operator put in the pod. Files per generation g in `work_dir`: g<g>-bridge.log
+    (its stdout and stderr), g<g>-termination.log, g<g>-child.jsonl (BATON_TEST_CHILD_RECORD, what
+    tests/unit/bridge/stdio_child.py records)."""
+
+    binary: Path
+    work_dir: Path
+
+
+class BridgePod:
+    """One pod's bridge, played as a kubelet would: started with the container's command and
+    args (`--listen` on the pod's IP and its port, `--termination-log` a file here) and the
+    container's `env` values; Ready (the pod's NEVER_READY annotation removed, kwok then marks it
+    Ready) once GET /baton/ready answers 200; on the pod's deletion SIGTERM to the bridge only, then
+    waited for at most the pod's grace, SIGKILL to its process group past it (`killed_at_grace`).
+    Times are time.monotonic() (the same clock the test child records)."""
+
+    def __init__(self, mode: StdioBridges, core: client.CoreV1Api, pod: Any, ip: str) -> None:
+        self.core, self.namespace, self.name = core, pod.metadata.namespace, pod.metadata.name
+        self.uid, self.ip = pod.metadata.uid, assert_loopback(ip)
+        self.generation = int(pod.metadata.labels["baton.dev/generation"])
+        [c] = [c for c in pod.spec.containers if (c.command or [None])[0] == BRIDGE_IN_POD]
+        argv = [str(mode.binary), *c.command[1:], *(c.args or [])]
+        flags_end = argv.index("--")
+        g = self.generation
+        self.log_path = mode.work_dir / f"g{g}-bridge.log"
+        self.termination_log = mode.work_dir / f"g{g}-termination.log"
+        self.record_path = mode.work_dir / f"g{g}-child.jsonl"
+        for i in range(1, flags_end - 1):
+            if argv[i] == "--listen":
+                self.port = int(argv[i + 1].rsplit(":", 1)[1])
+                argv[i + 1] = f"{self.ip}:{self.port}"  # the pod's own address, not 0.0.0.0 on the host
+            elif argv[i] == "--termination-log":
+                argv[i + 1] = str(self.termination_log)
+        self.argv, self.grace = argv, float(pod.spec.termination_grace_period_seconds or 30)
+        env = {**os.environ, **{e.name: e.value or "" for e in c.env or []},
+               "BATON_TEST_CHILD_RECORD": str(self.record_path)}
+        self.ready_at: float | None = None
+        self.sigterm_at: float | None = None
+        self.exited_at: float | None = None
+        self.killed_at_grace = False
+        with self.log_path.open("ab") as log:
+            # A session of its own: the bridge and its child are one process group, ended together
+            # if a test stops early; SIGTERM goes to the bridge alone, as a kubelet's does.
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                         start_new_session=True)
+        threading.Thread(target=self._until_ready, args=(bool((pod.metadata.annotations or {}).get(NEVER_READY)),),
+                         daemon=True).start()
+
+    def _until_ready(self, annotated: bool) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.proc.poll() is None and self.sigterm_at is None:
+            try:
+                if self.get("/baton/ready")[0] == 200:
+                    self.ready_at = time.monotonic()
+                    if annotated:
+                        self.core.patch_namespaced_pod(self.name, self.namespace,
+                                                       {"metadata": {"annotations": {NEVER_READY: None}}})
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection(self.ip, self.port, timeout=5)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def terminate(self) -> None:
+        """The pod is being deleted: SIGTERM, then wait within the grace (once; in a thread)."""
+        if self.sigterm_at is not None:
+            return
+        self.sigterm_at = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        threading.Thread(target=self._wait_grace, daemon=True).start()
+
+    def _wait_grace(self) -> None:
+        try:
+            self.proc.wait(timeout=self.grace)
+        except subprocess.TimeoutExpired:
+            self.killed_at_grace = True
+            self.kill()
+        self.exited_at = time.monotonic()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        """End the bridge and its child (whatever the test did), and the child if it outlived it."""
+        self.kill()
+        for event in self.child_events():
+            if event.get("event") == "started":
+                try:
+                    os.kill(int(event["pid"]), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    def child_events(self) -> list[dict[str, Any]]:
+        if not self.record_path.exists():
+            return []
+        return [json.loads(line) for line in self.record_path.read_text().splitlines() if line.strip()]
+
+    def log_records(self) -> list[dict[str, Any]]:
+        """The bridge's own JSON log lines (the child's stderr passes through the same file)."""
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return [json.loads(line) for line in text.splitlines()
+                if line.startswith("{") and '"logger":"baton-bridge"' in line]
+
+
 class ToolFleet:
     """Follows a runtime's pods (a watch in a thread) and keeps a ToolServer on each pod's IP
     playing its generation; it stops accepting once the pod is being deleted. `servers`: every
-    one started. `stateless` (set before the pods start): each server's Stateless mode."""
+    one started. `stateless` (set before the pods start): each server's Stateless mode.
+
+    Opt-in `stdio` (StdioBridges): a pod whose container runs the bridge gets a BridgePod (the
+    real bridge on the pod's IP, `bridges`) instead of a ToolServer."""
 
     stateless: Stateless | None = None
 
     def __init__(self, api: client.ApiClient, namespace: str, runtime: str, port: int = 8080, *,
-                 sessions: McpSessions | None = None) -> None:
+                 sessions: McpSessions | None = None, stdio: StdioBridges | None = None) -> None:
         self.core = client.CoreV1Api(api)
         self.namespace, self.runtime, self.port = namespace, runtime, port
         self.sessions = sessions  # every server's session mode (one object: a test may change it)
+        self.stdio = stdio
+        self.bridges: dict[str, BridgePod] = {}  # by pod UID
         self.by_ip: dict[str, ToolServer] = {}
         self.servers: list[ToolServer] = []
         self.lock = threading.Lock()
@@ -544,6 +675,9 @@ class ToolFleet:
         if not ip or not gen_text:
             return
         uid = pod.metadata.uid
+        if self.stdio is not None and any((c.command or [None])[0] == BRIDGE_IN_POD for c in pod.spec.containers):
+            self._apply_bridge(kind, pod, ip)
+            return
         with self.lock:
             server = self.by_ip.get(ip)
             if server is not None and (server.uid != uid or kind == "DELETED" or pod.metadata.deletion_timestamp):
@@ -558,6 +692,23 @@ class ToolFleet:
             server.stateless = self.stateless
             self.by_ip[ip] = server
             self.servers.append(server)
+
+    def _apply_bridge(self, kind: str, pod: Any, ip: str) -> None:
+        """The stdio mode: one BridgePod per pod UID; the pod's deletion terminates it."""
+        assert self.stdio is not None
+        uid = pod.metadata.uid
+        with self.lock:
+            bridge = self.bridges.get(uid)
+            if kind == "DELETED" or pod.metadata.deletion_timestamp:
+                if bridge is not None:
+                    bridge.terminate()
+                return
+            if bridge is None:
+                self.bridges[uid] = BridgePod(self.stdio, self.core, pod, ip)
+
+    def bridge(self, generation: int) -> BridgePod | None:
+        with self.lock:
+            return next((b for b in self.bridges.values() if b.generation == generation), None)
 
     def _run(self) -> None:
         deadline = time.monotonic() + 600  # bounded: no test here runs longer
@@ -584,3 +735,5 @@ class ToolFleet:
             for s in self.servers:
                 s.stop()
             self.by_ip.clear()
+            for b in self.bridges.values():
+                b.stop()

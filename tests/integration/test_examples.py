@@ -1,7 +1,10 @@
 """examples/*.yaml run as they are: applied unmodified (namespace `agents` included) against the
 local plane with the CRD installed, admitted with their defaults, and run by the operator. Their
 images are the one the kind route builds (hack/kind.py), so they also run as written on kind
-(tests/e2e/test_incluster.py applies one there and sees it Ready)."""
+(tests/e2e/test_incluster.py applies one there and sees it Ready). The stdio examples (spec.stdio,
+examples/stdio-*.yaml) run a server from a registry package in an image a platform team builds:
+each names its own image and says how it is built (a Containerfile in its comments); on the local
+plane the operator builds their pods with the bridge (init container, command)."""
 from __future__ import annotations
 
 import json
@@ -22,14 +25,21 @@ from harness.runtimes import GROUP, PLURAL, VERSION, Runtimes
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 NS = "agents"  # the namespace the examples name
+BATON_IMAGE = "registry.invalid/baton:examples"  # the operator's own image (the bridge's source)
 
 
 def docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
+def runtime_of(path: Path) -> dict[str, Any]:
+    [rt] = [d for d in docs(path) if d["kind"] == "ToolRuntime"]
+    return rt
+
+
 def test_there_are_examples_and_each_names_the_agents_namespace() -> None:
-    assert {p.name for p in EXAMPLES} >= {"mcp-server.yaml", "browser-session.yaml", "suspended.yaml"}
+    assert {p.name for p in EXAMPLES} >= {"mcp-server.yaml", "browser-session.yaml", "suspended.yaml",
+                                          "stdio-time.yaml", "stdio-memory.yaml"}
     for path in EXAMPLES:
         kinds = [d["kind"] for d in docs(path)]
         assert kinds.count("ToolRuntime") == 1, (path.name, kinds)
@@ -38,13 +48,23 @@ def test_there_are_examples_and_each_names_the_agents_namespace() -> None:
 
 def test_every_example_image_is_one_the_kind_route_builds() -> None:
     """No image that exists nowhere: each container runs the tool server hack/kind.py builds and
-    loads into the kind node, and is not pulled (no registry holds it)."""
+    loads into the kind node, and is not pulled (no registry holds it). A stdio example runs its
+    own server's image instead, which its comments say how to build (a Containerfile from a
+    language image, the registry package pinned)."""
     built = load_kind_module().TOOLSERVER_IMAGE
     for path in EXAMPLES:
-        [rt] = [d for d in docs(path) if d["kind"] == "ToolRuntime"]
+        rt = runtime_of(path)
         pod = rt["spec"]["template"]["spec"]
+        stdio = "stdio" in rt["spec"]
+        assert stdio == path.name.startswith("stdio-"), f"{path.name}: stdio examples are named stdio-*.yaml"
         for c in pod["containers"] + pod.get("initContainers", []):
-            assert c["image"] == built, f"{path.name}: container {c['name']} runs {c['image']}, not {built}"
+            if stdio:
+                text = path.read_text()
+                assert c["image"] != built and c["image"].startswith("localhost/"), (path.name, c["image"])
+                assert "#   FROM " in text and "pinned" in text and c["image"].rsplit(":", 1)[1] in text, \
+                    f"{path.name}: says how {c['image']} is built"
+            else:
+                assert c["image"] == built, f"{path.name}: container {c['name']} runs {c['image']}, not {built}"
             assert c.get("imagePullPolicy", "IfNotPresent") in ("IfNotPresent", "Never"), (path.name, c)
 
 
@@ -103,9 +123,13 @@ def test_examples_are_admitted_as_they_are_and_run(
     cluster.kubectl("apply", "-f", str(ROOT / "examples"))
     assert {n: rts.get(n)["metadata"]["generation"] for n in names.values()} == before
 
-    operators("op-examples", namespaces=[agents])
+    operators("op-examples", namespaces=[agents], env={"BATON_IMAGE": BATON_IMAGE})
     rts.wait_ready(names["mcp-server.yaml"], 1)
     rts.wait_ready(names["browser-session.yaml"], 1)
+    for path in EXAMPLES:
+        rt = runtime_of(path)
+        if "stdio" in rt["spec"]:
+            assert_stdio_pod(rts, rt)
     suspended = names["suspended.yaml"]
     wait_for(lambda: (rts.condition(suspended, "Ready") or {}).get("reason") == "Suspended",
              timeout=60, what=f"{suspended} Ready=False Suspended")
@@ -116,3 +140,24 @@ def test_examples_are_admitted_as_they_are_and_run(
     assert wide.splitlines()[0].split()[-2:] == ["STEP", "MESSAGE"], wide
     print(wide)
     print(json.dumps(rts.status(names["mcp-server.yaml"]).get("conditions"), indent=1))
+
+
+def assert_stdio_pod(rts: Runtimes, rt: dict[str, Any]) -> None:
+    """The pod a stdio example produces: the bridge installed from Baton's image, the example's
+    own image running the bridge in front of the example's command."""
+    name, stdio = rt["metadata"]["name"], rt["spec"]["stdio"]
+    st = rts.wait_ready(name, 1)
+    pod = rts.api.sanitize_for_serialization(rts.core.read_namespaced_pod(st["current"]["pod"], rts.ns))["spec"]
+    [init] = pod["initContainers"]
+    assert (init["name"], init["image"]) == ("baton-bridge-install", BATON_IMAGE), init
+    [c] = pod["containers"]
+    [wanted] = rt["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == wanted["image"]
+    assert c["command"][0] == "/baton/baton-bridge", c["command"]
+    assert c["command"][c["command"].index("--") + 1:] == stdio["command"], c["command"]
+    assert c.get("args", []) == stdio.get("args", [])
+    assert c["readinessProbe"]["httpGet"]["path"] == "/baton/ready"
+    assert {"name": "mcp", "containerPort": 8080, "protocol": "TCP"} in c["ports"]
+    assert pod["restartPolicy"] == "Never"
+    for mount in wanted.get("volumeMounts", []):
+        assert mount in c["volumeMounts"], "the example's own mounts are kept"

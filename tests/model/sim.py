@@ -771,6 +771,8 @@ class Gateway:
         self.sealed: set[str] = set()
         self.held_calls: list[Call] = []
         self.renewed = self.clock.t
+        # spec.idle: when the last call that counts arrived here (since the process started if none).
+        self.last_call_at = self.clock.t
         self.relist()
 
     def crash(self) -> None:
@@ -842,17 +844,35 @@ class Gateway:
         return (_gateway_on(rt) and rt is not None and not rt["metadata"].get("deletionTimestamp")
                 and not (rt.get("spec") or {}).get("suspend"))
 
+    def idle_wake_seconds(self) -> int | None:
+        """spec.idle.wakeSeconds while this replica's view says the runtime idle (status.idle.since):
+        a call held for its wake waits that long (then 503 WakeTimeout); None otherwise."""
+        rt = self.runtime or {}
+        since = ((rt.get("status") or {}).get("idle") or {}).get("since")
+        wake = ((rt.get("spec") or {}).get("idle") or {}).get("wakeSeconds")
+        return int(wake) if since and isinstance(wake, int) else None
+
+    def wake_backing_off(self) -> bool:
+        """An idle runtime whose failed wake backs off (status.retry.notBefore ahead): a call gets
+        503 WakeFailed at once, is not held, and demands nothing."""
+        status = (self.runtime or {}).get("status") or {}
+        not_before = (status.get("retry") or {}).get("notBefore")
+        if not not_before or self.idle_wake_seconds() is None:
+            return False
+        return bool(datetime.datetime.fromisoformat(not_before.replace("Z", "+00:00")) > self.clock.wall())
+
     def call(self) -> None:
         """A new call arrives at this replica."""
         if not self.running():
             return
         self._fresh_view()
         self.server.call_seq += 1
+        self.last_call_at = self.clock.t  # a tools/call: it counts as activity
         c = Call(self.server.call_seq, self.clock.t)
         if self._forward(c, held=False):
             return
         self._judge_steady()
-        if self.holds():
+        if self.holds() and not self.wake_backing_off():
             c.leaves_at = None if self.patience is None else self.clock.t + self.patience
             self.held_calls.append(c)
 
@@ -862,7 +882,7 @@ class Gateway:
         if not self.running() or not self.held_calls:
             return
         self._fresh_view()
-        admission = gw_route.admission_seconds(self.runtime)
+        admission = self.idle_wake_seconds() or gw_route.admission_seconds(self.runtime)
         for c in list(self.held_calls):
             if c.leaves_at is not None and self.clock.t >= c.leaves_at:
                 c.client_left = True
@@ -955,6 +975,20 @@ class SimGateways:
         if g is None:
             raise gw.AdminError(f"{replica.name}: unreachable")
         return gw.Counts(inflight=g.inflight(uid, authorization=self.authorization))
+
+    async def activity(self, replica: gw.Replica, *, namespace: str, runtime: str) -> gw.Activity:
+        """GET /v1/activity (spec.idle): seconds since the last call that counts here, calls held
+        here (a modelled replica forwards at once: none stays in flight)."""
+        g = self._by_instance(replica.name)
+        if g is None:
+            raise gw.AdminError(f"{replica.name}: unreachable")
+        g._admit(self.authorization)
+        return gw.Activity(idle_seconds=max(0.0, self.server.clock.t - g.last_call_at), inflight=0,
+                           held=len(g.held_calls))
+
+    async def wake_demand(self, *, namespace: str, runtime: str) -> tuple[str, ...]:
+        """The live replicas holding calls now: each lists the runtime in its Lease's ANN_WAKE_DEMAND."""
+        return tuple(sorted(g.instance for g in self.server.gateways if g.live() and g.running() and g.held_calls))
 
 
 class FakeApi:

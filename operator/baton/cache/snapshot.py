@@ -73,6 +73,7 @@ class Facts:
     backoff_base_seconds: float
     lease_held_here: bool = False
     shutting_down: bool = False
+    bridge_image: str = ""  # BATON_IMAGE: a stdio runtime's pod copies the bridge from it
 
 
 @dataclasses.dataclass
@@ -104,7 +105,43 @@ def pod_info(pod: dict[str, Any], *, runtime: str = "", runtime_uid: str = "") -
         template_hash=annotations.get(names.ANN_TEMPLATE_HASH),
         owned=client.owned_by(pod, runtime_uid),
         labelled=labels.get(names.LABEL_RUNTIME) == runtime,
+        terminated=terminated_text(status),
     )
+
+
+# The kubelet keeps at most 4096 bytes of a termination message; a condition shows this much.
+TERMINATION_MESSAGE_SHOWN = 1024
+
+
+def terminated_text(status: dict[str, Any]) -> str | None:
+    """Why the pod's first ended container ended (init containers first, then the others), or
+    None: `container <name> exited with status <n> (<reason>): <message>`, the message (a stdio
+    child's last stderr lines, written by the bridge) cut to TERMINATION_MESSAGE_SHOWN characters
+    with a note of how much was left out. A pod's status is untrusted input: odd shapes are skipped."""
+    for group in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(group) or []:
+            if not isinstance(cs, dict):
+                continue
+            term = (cs.get("state") or {}).get("terminated")
+            if not isinstance(term, dict):
+                continue
+            code = term.get("exitCode")
+            if group == "initContainerStatuses" and code == 0:
+                continue  # an init container that did its job
+            text = f"container {cs.get('name') or '?'} exited with status {code}"
+            if term.get("signal"):
+                text += f" (signal {term.get('signal')})"
+            if term.get("reason"):
+                text += f" ({term.get('reason')})"
+            message = str(term.get("message") or "").strip()
+            if message:
+                if len(message) > TERMINATION_MESSAGE_SHOWN:
+                    cut = len(message) - TERMINATION_MESSAGE_SHOWN
+                    # The end holds the last stderr lines, the likeliest to say why: keep it.
+                    message = f"[{cut} characters left out] ...{message[-TERMINATION_MESSAGE_SHOWN:]}"
+                text += f": {message}"
+            return text
+    return None
 
 
 def gateway_endpoint(pod: dict[str, Any] | None) -> observed_mod.GatewayEndpoint | None:
@@ -194,6 +231,8 @@ def _error_text(exc: pydantic.ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(x) for x in first.get("loc", ()))
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    if not where:  # a check of the whole spec (e.g. spec.stdio against the template): its text names the field
+        return f"{str(first.get('msg', 'invalid')).removeprefix('Value error, ')}{more}"
     return f"spec.{where}: {first.get('msg', 'invalid')}{more}"
 
 
@@ -287,10 +326,10 @@ async def read_snapshot(
         annotations=meta.get("annotations") or {},
         spec=spec,
         status=status,
-        desired_hash=manifests.template_hash(spec.template, digest),
-        desired_parts=(("template", manifests.template_hash(spec.template)), *config_parts),
-        adopt_hash=manifests.template_hash(spec.template, adopt[0]) if adopt is not None else None,
-        adopt_parts=(("template", manifests.template_hash(spec.template)), *adopt[1]) if adopt is not None else (),
+        desired_hash=manifests.template_hash(manifests.pod_definition(spec), digest),
+        desired_parts=(("template", manifests.template_hash(manifests.pod_definition(spec))), *config_parts),
+        adopt_hash=manifests.template_hash(manifests.pod_definition(spec), adopt[0]) if adopt is not None else None,
+        adopt_parts=(("template", manifests.template_hash(manifests.pod_definition(spec))), *adopt[1]) if adopt is not None else (),
         pods=tuple(pod_info(pd, runtime=name, runtime_uid=uid) for pd in raw_pods),
         lease=lease_info(lease, facts.lease_duration_seconds, memo.lease_unchanged_seconds(lease, clock.monotonic())),
         service=service_info(svc, uid),
@@ -320,5 +359,6 @@ async def read_snapshot(
         spec_error=spec_error,
         shutting_down=facts.shutting_down,
         backoff_base_seconds=facts.backoff_base_seconds,
+        bridge_image=facts.bridge_image,
     )
     return Snapshot(observed=observed, runtime=rt, pods=raw_pods, lease=lease)

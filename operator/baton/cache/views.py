@@ -6,7 +6,9 @@ EndpointSlices (the EndpointSlice controller copies a Service's labels onto its 
 `baton.dev/runtime`; ToolRuntimes and ToolRuntimeClaims all (in the watched namespaces), claims
 indexed by the runtime they name (spec.runtimeRef.name). The gateway's pods: those labelled
 baton.dev/component=gateway in the system namespace, one informer (the runtimes routed through
-the gateway list them in their EndpointSlice). ConfigMaps and Secrets carry
+the gateway list them in their EndpointSlice), and the gateway replicas' registration Leases there
+(their ANN_WAKE_DEMAND: an idle runtime's wake starts as soon as a replica holds a call for it,
+baton.controller). ConfigMaps and Secrets carry
 the user's labels, not ours: watched only where the chart grants it, and metadata only
 (PartialObjectMetadata: the API server never sends their data, and the store keeps name, UID
 and resourceVersion). Their data is read by name only where a template references it
@@ -112,6 +114,7 @@ class Views:
         self.services = store_mod.Store(selected_by=names.LABEL_RUNTIME)
         self.slices = store_mod.Store(index_label=SERVICE_NAME_LABEL, selected_by=names.LABEL_RUNTIME)
         self.gateway_pods = store_mod.Store(index_label=None, selected_by=names.LABEL_COMPONENT)
+        self.gateway_leases = store_mod.Store(index_label=None, selected_by=names.LABEL_COMPONENT)
         # BATON_ISOLATE_TOOL_PODS: the runtimes' tool-pod NetworkPolicies (watched only then).
         self.tool_pod_isolation = tool_pod_isolation
         self.network_policies = (store_mod.Store(selected_by=names.LABEL_RUNTIME)
@@ -166,7 +169,7 @@ class Views:
         """How many informers may run at once: one per kind and watched namespace (or one per
         kind), and sharded, those of every range too (a replica alone holds them all)."""
         per_range = len(self._owned()) + (1 if self.runtimes_sharded else 0)
-        return (len(self._kinds()) + self.shard_ranges * per_range) * max(1, len(self.namespaces)) + 1
+        return (len(self._kinds()) + self.shard_ranges * per_range) * max(1, len(self.namespaces)) + 2
 
     def _scope(self) -> Callable[[dict[str, Any]], bool] | None:
         return unlabelled if self.shard_ranges else None
@@ -189,6 +192,12 @@ class Views:
                                    label_selector=f"{names.LABEL_COMPONENT}={names.COMPONENT_GATEWAY}")
         self.informers.append(gw)
         self._tasks.append(asyncio.create_task(gw.run(), name=f"watch gateway pods {self.system_namespace}"))
+        # And their registration Leases (baton.k8s.gateways.RBAC): a wake's demand.
+        gl = informer_mod.Informer(api, kind="GatewayLease", group_version="coordination.k8s.io/v1", plural="leases",
+                                   namespace=self.system_namespace, store=self.gateway_leases,
+                                   label_selector=f"{names.LABEL_COMPONENT}={names.COMPONENT_GATEWAY}")
+        self.informers.append(gl)
+        self._tasks.append(asyncio.create_task(gl.run(), name=f"watch gateway leases {self.system_namespace}"))
 
     # --- sharded: one set of informers per held range -------------------------------------------
 
@@ -276,6 +285,13 @@ class Views:
         none of them forbidden. Until then an empty view says nothing."""
         informers = [i for i in self.informers if i.store is store and i.namespace in (None, namespace)]
         return bool(informers) and all(i.synced.is_set() and i.forbidden is None for i in informers)
+
+    def gateway_leases_listed(self) -> list[dict[str, Any]] | None:
+        """The gateway replicas' Leases as watched, or None until that view is listed (or while
+        it is forbidden): then an empty view says nothing."""
+        if not self.known(self.gateway_leases, self.system_namespace):
+            return None
+        return list(self.gateway_leases.items())
 
     def claims_known(self, namespace: str) -> bool:
         """Whether the claims view of `namespace` is filled (listed, not forbidden): until it is,

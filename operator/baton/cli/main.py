@@ -1,5 +1,5 @@
 """kubectl-baton: the `kubectl baton` plugin (list, status, history, reset, force-recover, suspend,
-resume, force-retire, release, completion, version).
+resume, force-retire, wake, release, completion, version).
 
 A separate program from the operator: it reads and annotates ToolRuntimes through the API server
 with the user's kubeconfig, and the operator does the work. It follows kubectl's conventions (and
@@ -92,6 +92,13 @@ VERBS: dict[str, tuple[Callable[[argparse.Namespace, cluster.Cluster, verbs.Io],
                      "refused here, and by the operator as stale. The consumers that pinned it lose it.\n"
                      "Without the plugin: kubectl annotate trt NAME baton.dev/force-retire=N\n\n"
                      "examples:\n  kubectl baton force-retire search-mcp --generation 3 -n agents"),
+    "wake": (verbs.run_wake, f"wake an idle toolruntime now (annotates {names.ANN_WAKE} with the time)",
+             "Only for a toolruntime with spec.idle; one that is not idle: says so, writes nothing.\n"
+             "The operator starts the generation as a call would (fenced as every start): Ready within\n"
+             "spec.idle.wakeSeconds, or WakeFailed and a back-off. `kubectl baton status` shows the last\n"
+             "wake and its latency. Without the plugin:\n"
+             "  kubectl annotate trt NAME baton.dev/wake=$(date -u +%Y-%m-%dT%H:%M:%SZ) --overwrite\n\n"
+             "examples:\n  kubectl baton wake search-mcp -n agents"),
     "release": (verbs.run_release, f"let go of toolruntimes no operator manages any more (removes {names.FINALIZER})",
                 "After helm uninstall, or once a namespace left the operator's watch: removes the\n"
                 "finalizer from the named toolruntime, or from every one in the namespace (-A: the\n"

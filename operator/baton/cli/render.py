@@ -127,6 +127,7 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
         admission = (spec.get("budgets") or {}).get("admissionSeconds", 60)
         lines.append(f"  gateway: on: during a transition new calls are held, each at most {admission}s "
                      "(budgets.admissionSeconds), and the retiring generation drains its calls in flight")
+    lines += idle_lines(spec.get("idle"), status.get("idle"), now=now)
     history = status.get("history") or []
     if history and history[-1].get("message"):
         last = history[-1]
@@ -140,6 +141,42 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
         lines.append(f"  last cleanup failure: generation {failure['generation']} pod {failure.get('pod')} "
                      f"({failure.get('reason')}) at {failure.get('at')}: {failure.get('message')}")
     return "\n".join(lines)
+
+
+def _ago(at: str | None, now: datetime.datetime) -> str:
+    """ "2026-11-27T11:00:00Z (5m ago)"; the text as stored when it is no time."""
+    when = meta.parse_time(at)
+    if when is None:
+        return str(at)
+    secs = max(0, int((now - when).total_seconds()))
+    age = f"{secs}s" if secs < 120 else f"{secs // 60}m" if secs < 7200 else f"{secs // 3600}h"
+    return f"{at} ({age} ago)"
+
+
+def idle_lines(idle_spec: Any, idle_status: Any, *, now: datetime.datetime) -> list[str]:
+    """spec.idle and status.idle as lines: idle since when (or after how long it would be), and
+    the last wake: when asked, how long it took to serve and how it ended."""
+    if not isinstance(idle_spec, dict):
+        return []
+    idle = idle_status if isinstance(idle_status, dict) else {}
+    after = idle_spec.get("afterSeconds", 900)
+    if idle.get("since"):
+        on_call = ("its next call wakes it" if idle_spec.get("wakeOnRequest", True) is not False
+                   else "calls do not wake it (wakeOnRequest: false)")
+        lines = [f"  idle: since {_ago(idle['since'], now)}: no pod; {on_call} (`kubectl baton wake` too)"]
+    else:
+        lines = [f"  idle: no (idled after {after}s without a call that counts: spec.idle.afterSeconds)"]
+    wake = idle.get("lastWake")
+    if isinstance(wake, dict):
+        outcome = wake.get("outcome") or "under way"
+        took = wake.get("seconds")
+        latency = f" in {took:.1f}s" if isinstance(took, (int, float)) and not isinstance(took, bool) else ""
+        ready = f", ready {wake['readyAt']}" if wake.get("readyAt") else ""
+        text = f"  last wake: requested {_ago(wake.get('requestedAt'), now)}{ready}{latency} ({outcome})"
+        if wake.get("message"):
+            text += f": {wake['message']}"
+        lines.append(text)
+    return lines
 
 
 def sessions_text(entry: Mapping[str, Any], service: Mapping[str, Any]) -> str:

@@ -1,4 +1,4 @@
-"""The requests the plugin writes (reset, force-recover, force-retire, suspend, resume, release) and
+"""The requests the plugin writes (reset, force-recover, force-retire, suspend, resume, release, wake) and
 when it refuses them; the confirmation; kubectl's duration flag.
 
 Pure: the rules read the ToolRuntime as fetched and return the annotation to write, or raise
@@ -7,11 +7,12 @@ Refused with one line for the user. `confirm` reads the user's answer from the s
 
 from __future__ import annotations
 
+import datetime
 import re
 from typing import Any, Mapping, NamedTuple, Sequence, TextIO
 
 from baton.cli import render
-from baton.model import names
+from baton.model import meta, names
 
 
 class Refused(Exception):
@@ -126,6 +127,47 @@ def suspend_request(rt: Mapping[str, Any], *, suspend: bool) -> Suspend:
         what = "no generation runs"
     return Suspend(True, True, f"toolruntime/{name} suspended: {what}, and none starts until "
                                f"`kubectl baton resume {name}`")
+
+
+class Wake(NamedTuple):
+    """The annotation a wake writes (ANN_WAKE: the RFC 3339 time of the ask), or none (`value`
+    empty: not idle, nothing to wake), and what happens then."""
+
+    value: str
+    message: str
+
+    def as_data(self, rt: Mapping[str, Any]) -> dict[str, Any]:
+        return {"kind": "ToolRuntime", "namespace": rt["metadata"]["namespace"], "name": rt["metadata"]["name"],
+                "verb": "wake", "annotations": {names.ANN_WAKE: self.value} if self.value else {},
+                "changed": bool(self.value), "message": self.message}
+
+
+def rfc3339(at: datetime.datetime) -> str:
+    """A time as the API server writes one, to the millisecond ("2026-11-27T11:00:00.250Z")."""
+    utc = at.astimezone(datetime.timezone.utc)
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+def wake_request(rt: Mapping[str, Any], *, now: datetime.datetime) -> Wake:
+    """Start an idle runtime's next generation now (the operator does, fenced as every start).
+    Refused without spec.idle (never idled) or while suspended; not idle: nothing to write."""
+    name = rt["metadata"]["name"]
+    spec = rt.get("spec") or {}
+    idle = spec.get("idle")
+    if not isinstance(idle, dict):
+        raise Refused(f"toolruntime {name!r} has no spec.idle: it is never idled, so there is nothing to wake "
+                      "(spec.idle.afterSeconds turns idling on)")
+    if spec.get("suspend"):
+        raise Refused(f"toolruntime {name!r} is suspended, not idle: `kubectl baton resume {name}` starts it")
+    since = meta.parse_time(((rt.get("status") or {}).get("idle") or {}).get("since"))
+    if since is None:
+        return Wake("", f"toolruntime/{name} is not idle: nothing to wake")
+    # The operator wakes it for an ask newer than status.idle.since. This machine's clock may be
+    # behind the operator's: the ask is after the idle began (it was seen idle), so never before it.
+    asked = max(now, since + datetime.timedelta(milliseconds=1))
+    seconds = idle.get("wakeSeconds", 45)
+    return Wake(rfc3339(asked), f"toolruntime/{name}: wake requested; its next generation starts now and serves "
+                                f"within {seconds}s (spec.idle.wakeSeconds), or the wake fails (WakeFailed)")
 
 
 # kubectl's --request-timeout: Go durations ("30s", "1m30s", "500ms", "1h") or plain seconds ("30");

@@ -10,6 +10,7 @@ import datetime
 from typing import Any, Callable, Mapping, NamedTuple, TextIO
 
 from baton.cli import cluster, owners, render, requests
+from baton.model import names
 
 
 class Io(NamedTuple):
@@ -140,6 +141,18 @@ def run_suspend(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -
 
 def run_resume(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
     return _run_suspend(args, connection, io, suspend=False)
+
+
+def run_wake(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    rt = cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)
+    wake = requests.wake_request(rt, now=datetime.datetime.now(datetime.timezone.utc))
+    if wake.value:
+        cluster.annotate(connection, rt=rt, key=names.ANN_WAKE, value=wake.value)
+    if args.output == "text":
+        print(wake.message, file=io.stdout)
+    else:
+        print(render.render(wake.as_data(rt), output=args.output), file=io.stdout)
+    return 0
 
 
 def run_release(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:

@@ -18,6 +18,11 @@ changed.
   sessionsTruncated once the list reached that bound); with the runtime named, also the calls
   held for it now (what `kubectl baton status` shows); with the Lease named, 409 unless it is
   this replica's.
+- GET /v1/activity?namespace=<ns>&runtime=<name> -> {"idleSeconds", "inflight", "held"}: seconds
+  (this replica's monotonic clock) since the last call for that runtime that counts as activity
+  (baton.gateway.idle), or since this replica started if none; the calls forwarded to it and not
+  yet answered (GET streams and WebSockets excluded); the calls held for it now. The operator
+  reads every live replica before it idles a runtime (docs/gateway.md, "Idle runtimes and wake").
 - Anything else 404; bad JSON or a missing field 400 naming the field.
 """
 
@@ -138,11 +143,20 @@ def application(state: state_mod.State, *, key: adminkey.KeyFile, lease: Callabl
             answer["held"] = state.held[(namespace, runtime)]
         return web.json_response(answer)
 
+    async def activity(request: web.Request) -> web.Response:
+        for name in ("namespace", "runtime"):
+            if not request.query.get(name):
+                return _bad(f"query parameter {name!r} is missing")
+        key_ = (request.query["namespace"], request.query["runtime"])
+        return web.json_response({"idleSeconds": round(state.idle_seconds(key_), 3), "inflight": state.calls[key_],
+                                  "held": state.held[key_]})
+
     async def not_found(_: web.Request) -> web.Response:
         return web.json_response({"error": "not found"}, status=404)
 
     app = web.Application(client_max_size=MAX_BODY, middlewares=[authenticated])
     app.router.add_post("/v1/seal", seal)
     app.router.add_get("/v1/inflight", inflight)
+    app.router.add_get("/v1/activity", activity)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app

@@ -35,7 +35,7 @@ class Ledger:
 class Ticket:
     """One call's share of the ledger."""
 
-    __slots__ = ("ledger", "held", "bytes", "held_bytes", "forwarded")
+    __slots__ = ("ledger", "held", "bytes", "held_bytes", "forwarded", "held_since")
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -43,6 +43,8 @@ class Ticket:
         self.bytes = 0  # all of its body bytes in memory
         self.held_bytes = 0  # of which, taken as a held body of runtime `held`
         self.forwarded = False  # it went to a pod (counted in flight there): what a cancel cuts
+        # When its hold began (monotonic; None: never held): its answer's Baton-Held-Ms.
+        self.held_since: float | None = None
 
     def hold(self, key: state_mod.Key) -> route.Refuse | None:
         """Take a held place for runtime `key`; the refusal (nothing taken) at a bound."""

@@ -35,7 +35,7 @@ log = logging.getLogger("baton.gateway")
 SESSION_HEADER = "Mcp-Session-Id"
 SESSION_HEADER_LOWER = SESSION_HEADER.lower()
 # Dropped from a pod's answer besides the hop-by-hop fields: Baton-Reason is the gateway's word.
-POD_DROP = frozenset({names.HEADER_REASON.lower()})
+POD_DROP = frozenset({names.HEADER_REASON.lower(), names.HEADER_HELD_MS.lower()})
 # Bodies up to this size (by Content-Length) are read whole and sent as bytes, both ways: most
 # tool calls are small, and a byte string costs far less per call than a streamed body (an async
 # generator upstream, a chunk loop back). Larger or unsized bodies (SSE, uploads) stream.
@@ -131,9 +131,11 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
         up.streamed[d.uid] += 1
     up.state.begin(d.uid)
     ticket.forwarded = True
+    # A held call's wait, up to now (its answer says it: Baton-Held-Ms).
+    held_ms = refusals.held_ms(held_since) if held_since is not None else None
     try:
         if websocket:
-            return await ws_mod.relay(up, request, d, target=target, headers=headers, outcome=outcome)
+            return await ws_mod.relay(up, request, d, target=target, headers=headers, outcome=outcome, held_ms=held_ms)
         try:
             if not on_aiohttp:
                 answer: upstream_mod.Answer = await _send_in_hand(up, request, d, body=body, headers=headers)
@@ -173,6 +175,8 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
                                           http1.UpstreamFailed(f"the transfer coding {coding!r}"))
             # Baton-Reason is the gateway's word alone: a pod's own is not passed on.
             back = route.end_to_end(answer.headers, also_drop=POD_DROP)
+            if held_ms is not None:
+                back.append((names.HEADER_HELD_MS, held_ms))
             sid = next((v for k, v in answer.headers if k.lower() == SESSION_HEADER_LOWER), None)
             if sid:
                 client_sid = binding.answer_id(sid, namespace=target.namespace, runtime=target.runtime,

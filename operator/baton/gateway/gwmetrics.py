@@ -17,6 +17,11 @@ CALLS = prometheus_client.Counter(
 HOLD_SECONDS = prometheus_client.Histogram(
     "baton_gateway_hold_seconds", "How long held calls waited for a serving generation (forwarded or refused).",
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 3600), registry=metrics.REGISTRY)
+WAKE_HOLD_SECONDS = prometheus_client.Histogram(
+    "baton_gateway_wake_hold_seconds",
+    "How long calls held for an idle runtime's wake waited, by outcome (forwarded: the woken generation "
+    "answered; refused: WakeTimeout, WakeFailed or another refusal; cancelled: the client left).",
+    ["outcome"], buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 45, 60, 120, 300, 600), registry=metrics.REGISTRY)
 INFLIGHT = prometheus_client.Gauge(
     "baton_gateway_inflight", "Calls forwarded and not yet answered in full, open streams and WebSockets.",
     registry=metrics.REGISTRY)

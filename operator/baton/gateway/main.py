@@ -78,7 +78,9 @@ async def run(settings: GatewaySettings) -> int:
 
         reg = registrar.Registrar(namespace=settings.system_namespace, instance=settings.identity,
                                   admin=settings.admin_address, duration_seconds=settings.lease_seconds,
-                                  relist=relist, on_change=st.wake_all, static_seconds=settings.static_seconds)
+                                  relist=relist, on_change=st.wake_all, static_seconds=settings.static_seconds,
+                                  demand=st.wake_demand)
+        st.on_demand_change = reg.demand_changed  # a call held for a wake: the Lease says so promptly
         px = proxy.Proxy(settings=settings, views=vw, state=st, forwarding=reg.mode, admin_key=admin_key.key)
         await px.start()
         undo.push_async_callback(px.close)

@@ -19,7 +19,7 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import budget, clients, forward, gwmetrics, refusals, registrar, route, sessions
+from baton.gateway import budget, clients, forward, gwmetrics, idle, refusals, registrar, route, sessions
 from baton.gateway import state as state_mod
 from baton.gateway import views as views_mod
 from baton.model import names
@@ -102,6 +102,9 @@ class Proxy:
         ticket = self.ledger.ticket()
         try:
             resp = await self._handle(request, ticket)
+            if ticket.held_since is not None and not resp.prepared:
+                # A refusal of a call that was held (a forwarded answer carries it already).
+                resp.headers[names.HEADER_HELD_MS] = refusals.held_ms(ticket.held_since)
             if request.body_exists and not request.content.is_eof() and not resp.prepared:
                 # Answered before its body was read (a refusal): closed rather than read to
                 # its end for the next request (aiohttp would read and drop it for up to 10 s).
@@ -192,6 +195,8 @@ class Proxy:
                     "gateway admin key rotated since); start a new session"), target=target, body=body, ticket=ticket)
         held_since: float | None = None
         excluded: set[str] = set()
+        waking = False  # held for an idle runtime's wake: demand (state.demand) until it ends
+        gone_away = False
         try:
             while True:
                 wake = self.state.event(key)
@@ -217,9 +222,9 @@ class Proxy:
                         replay_refused = bound is None
                         send_headers, binding = (bound or headers), sessions.Binding(client_id=session_id)
                     if not replay_refused:
-                        result = await forward.forward(self.upstreams, request, d, target=target, body=body,
-                                                       websocket=websocket, headers=send_headers, outcome=outcome,
-                                                       held_since=held_since, ticket=ticket, binding=binding)
+                        result = await self._forward(request, d, target=target, body=body, websocket=websocket,
+                                                     headers=send_headers, outcome=outcome, held_since=held_since,
+                                                     ticket=ticket, binding=binding)
                     if result is not None:
                         if sealed is not None and session_id is not None and request.method == "DELETE":
                             # The client ended its session: never re-bound after.
@@ -227,11 +232,18 @@ class Proxy:
                         return result
                     # Connect refused before any byte went: wait a moment, decide again.
                     d = route.Hold(REFUSED_CONNECT)
+                for_wake = d.wake_seconds is not None
+                if for_wake and not waking and (body is not None or not request.body_exists or websocket):
+                    idle_refusal = self._no_wake(request, d, target=target, body=body)
+                    if idle_refusal is not None:
+                        return idle_refusal
+                    waking = True
+                    self.state.demand_add(key)
                 if held_since is None:
                     full = ticket.hold(key)
                     if full is not None:
                         return refusals.refusal(full, target=target, body=body)
-                    held_since = time.monotonic()
+                    held_since = ticket.held_since = time.monotonic()
                     runtime = self.views.runtime(*key)
                     excluded = route.retiring_uids(runtime or {}, self.views.pods_of(*key), self.state.sealed)
                     refused = await self._read_held_body(request, key=key, arrival=arrival, body=body,
@@ -239,21 +251,80 @@ class Proxy:
                     if isinstance(refused, web.Response):
                         return refused
                     body = refused
+                    if for_wake and not waking:
+                        # A body read only now (over SMALL_BODY_BYTES): whether it wakes the runtime.
+                        idle_refusal = self._no_wake(request, d, target=target, body=body)
+                        if idle_refusal is not None:
+                            return idle_refusal
+                        waking = True
+                        self.state.demand_add(key)
                 runtime = self.views.runtime(*key)
-                remaining = arrival + route.admission_seconds(runtime) - time.monotonic()
+                # Held for a wake: spec.idle.wakeSeconds from its arrival, else admissionSeconds.
+                hold_seconds = d.wake_seconds if d.wake_seconds is not None else route.admission_seconds(runtime)
+                remaining = arrival + hold_seconds - time.monotonic()
                 if self.shutting_down:
                     return refusals.refusal(route.Refuse(route.Reason.GATEWAY_SHUTDOWN, 1, "this gateway replica is shutting down"),
                                             target=target, body=body)
                 if remaining <= 0:
+                    if d.wake_seconds is not None:
+                        return refusals.refusal(route.Refuse(
+                            route.Reason.WAKE_TIMEOUT, d.wake_seconds,
+                            f"the idle runtime did not wake within spec.idle.wakeSeconds={d.wake_seconds}",
+                            _generation(runtime)), target=target, body=body)
                     return self._past_admission(runtime, d.why, target=target, body=body)
                 pause = min(remaining, CONNECT_RETRY_SECONDS) if _is_connect_retry(d) else remaining
                 try:
                     await asyncio.wait_for(wake.wait(), pause)
                 except asyncio.TimeoutError:
                     pass
+        except (asyncio.CancelledError, ClientGone):
+            gone_away = True
+            raise
         finally:
             if held_since is not None:
                 gwmetrics.HOLD_SECONDS.observe(time.monotonic() - held_since)
+            if waking:
+                self.state.demand_remove(key)
+                if held_since is not None:
+                    outcome = "cancelled" if gone_away else "forwarded" if ticket.forwarded else "refused"
+                    gwmetrics.WAKE_HOLD_SECONDS.labels(outcome=outcome).observe(time.monotonic() - held_since)
+
+    def _no_wake(self, request: web.BaseRequest, d: route.Hold, *, target: route.Target,
+                 body: bytes | None) -> web.Response | None:
+        """For an idle runtime: 503 Idle at once for a call that does not wake it (ping, no
+        JSON-RPC request: a health check), else None (held for the wake)."""
+        assert d.wake_seconds is not None
+        if idle.wakes(http_method=request.method, body=body):
+            return None
+        return refusals.refusal(route.Refuse(
+            route.Reason.IDLE, d.wake_seconds,
+            "the runtime is idle: only a JSON-RPC request other than ping wakes it (health checks and ping do not)",
+            _generation(self.views.runtime(target.namespace, target.runtime))), target=target, body=body)
+
+    async def _forward(self, request: web.BaseRequest, d: route.Forward, *, target: route.Target, body: bytes | None,
+                       websocket: bool, headers: list[tuple[str, str]], outcome: str, held_since: float | None,
+                       ticket: budget.Ticket, binding: sessions.Binding | None) -> web.StreamResponse | None:
+        """forward.forward, counted per runtime for GET /v1/activity: a call that counts as
+        activity (baton.gateway.idle) when it is sent and again when it ends (a long call is
+        activity all along), and calls in flight (GET streams and WebSockets are no calls)."""
+        key = (target.namespace, target.runtime)
+        methods = idle.request_methods(body) if request.method == "POST" else None  # parsed once
+        counted = idle.counts_as_activity(http_method=request.method, methods=methods,
+                                          streamed=body is None and request.body_exists and not websocket)
+        call = idle.is_call(http_method=request.method, methods=methods, websocket=websocket)
+        if counted:
+            self.state.active(key)
+        if call:
+            self.state.call_begin(key)
+        try:
+            return await forward.forward(self.upstreams, request, d, target=target, body=body, websocket=websocket,
+                                         headers=headers, outcome=outcome, held_since=held_since, ticket=ticket,
+                                         binding=binding)
+        finally:
+            if call:
+                self.state.call_end(key)
+            if counted:
+                self.state.active(key)
 
     async def _read_held_body(self, request: web.BaseRequest, *, key: state_mod.Key, arrival: float,
                               body: bytes | None, websocket: bool, target: route.Target,

@@ -6,6 +6,7 @@ reads of a request body that refusals and held calls need. Does I/O (reads the r
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 from aiohttp import web
@@ -24,6 +25,12 @@ PEEK_SECONDS = 2.0
 # replica), UnknownRuntime (a runtime whose Service no longer points at the gateway, e.g.
 # `gateway: false`: a kept-alive client reconnects through the Service's new endpoints).
 CLOSE_AFTER = frozenset({route.Reason.GATEWAY_SHUTDOWN, route.Reason.UNKNOWN_RUNTIME})
+
+
+def held_ms(held_since: float) -> str:
+    """Baton-Held-Ms (names.HEADER_HELD_MS): the whole milliseconds a call was held, from
+    `held_since` (monotonic) to now. On every answer to a call that was held, whatever it is."""
+    return str(max(0, int((time.monotonic() - held_since) * 1000)))
 
 
 class BodyLate(Exception):

@@ -22,6 +22,14 @@ not running (SIGSTOP, a frozen VM): a heartbeat ticks every HEARTBEAT_SECONDS wh
 runs, and a lapse seen with the heartbeat older than HEARTBEAT_STALE_SECONDS is a pause: the
 views are dropped and re-listed as without a static window (the operator may have counted the
 paused replica busy until its drain budget ran out and gone on: its old view must not be used).
+
+Wake demand (docs/gateway.md, "Idle runtimes and wake"): every write carries the runtimes this
+replica holds calls for while they are idle (`demand()`, names.ANN_WAKE_DEMAND). A change
+(`demand_changed()`, from baton.gateway.state) makes a prompt write: the changes of
+DEMAND_COALESCE_SECONDS go in one write, never one write per call, and only while the
+registration is fresh (a lapsed one is the renewal loop's to write again, with the demand).
+Writes are one at a time (a lock): two at once would conflict on the resourceVersion, which
+reads as someone else's change.
 """
 
 from __future__ import annotations
@@ -46,6 +54,12 @@ HEARTBEAT_SECONDS = 0.5
 HEARTBEAT_STALE_SECONDS = 2.0
 
 
+# Demand changes within this span go in one Lease write.
+DEMAND_COALESCE_SECONDS = 0.1
+# After a failed demand write, the next try (the renewal loop writes it meanwhile too).
+DEMAND_RETRY_SECONDS = 1.0
+
+
 def margin(duration: float) -> float:
     return min(2.0, duration / 5)
 
@@ -62,6 +76,7 @@ class Registrar:
     def __init__(self, *, namespace: str, instance: str, admin: str, duration_seconds: int,
                  relist: Callable[[], Awaitable[bool]], on_change: Callable[[], None],
                  static_seconds: int = 0,
+                 demand: Callable[[], list[str]] = lambda: [],
                  mono: Callable[[], float] = time.monotonic,
                  wall: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc)) -> None:
         self.namespace, self.instance, self.admin = namespace, instance, admin
@@ -75,6 +90,14 @@ class Registrar:
         self.views_ok = False  # the views were listed after the last lapse
         self.stopping = False
         self.heartbeat = self._mono()  # last tick of the event loop's heartbeat (beat())
+        self._demand = demand
+        self.demand_written: list[str] = []  # ANN_WAKE_DEMAND as last written
+        self._demand_event = asyncio.Event()
+        self._write_lock = asyncio.Lock()
+
+    def demand_changed(self) -> None:
+        """The wake demand changed: written within DEMAND_COALESCE_SECONDS (demand_loop)."""
+        self._demand_event.set()
 
     def lease_id(self) -> tuple[str, str] | None:
         """(name, uid) of the Lease this replica last wrote: what a seal must be addressed to.
@@ -121,17 +144,24 @@ class Registrar:
         return self.mode() is not Mode.HOLDING
 
     async def _write(self) -> bool:
-        """Register or renew once; True when the API server took it."""
+        """Register or renew once, with the wake demand of now; True when the API server took it."""
+        async with self._write_lock:
+            return await self._write_locked()
+
+    async def _write_locked(self) -> bool:
         sent = self._mono()
+        demand = self._demand()
+        # Passed only when there is some: the adapter's default is none (the annotation removed).
+        wake: dict[str, Any] = {"wake_demand": demand} if demand else {}
         lapsed = not self.fresh()
         try:
             if self.lease is None or lapsed:
                 self.lease = await registration.register_gateway(
                     namespace=self.namespace, instance=self.instance, admin=self.admin,
-                    duration_seconds=self.duration, static_seconds=self.static_seconds, now=self._wall())
+                    duration_seconds=self.duration, static_seconds=self.static_seconds, now=self._wall(), **wake)
             else:
                 try:
-                    self.lease = await registration.renew_gateway(last=self.lease, now=self._wall())
+                    self.lease = await registration.renew_gateway(last=self.lease, now=self._wall(), **wake)
                 except k8s_api.ApiError as exc:
                     if exc.status not in (404, 409):
                         raise
@@ -144,7 +174,7 @@ class Registrar:
                     gwmetrics.REGISTERED.set(0)
                     self.lease = await registration.register_gateway(
                         namespace=self.namespace, instance=self.instance, admin=self.admin,
-                        duration_seconds=self.duration, static_seconds=self.static_seconds, now=self._wall())
+                        duration_seconds=self.duration, static_seconds=self.static_seconds, now=self._wall(), **wake)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -158,7 +188,20 @@ class Registrar:
             # acted on while we were not registered: list again before forwarding.
             self.views_ok = False
         self.last_ok = sent
+        self.demand_written = demand
         return True
+
+    async def demand_loop(self) -> None:
+        """Write the wake demand promptly when it changes (coalesced), while registered."""
+        while not self.stopping:
+            await self._demand_event.wait()
+            await asyncio.sleep(DEMAND_COALESCE_SECONDS)
+            self._demand_event.clear()
+            if self.lease is None or not self.fresh() or self._demand() == self.demand_written:
+                continue  # nothing new, or the renewal loop's to write (it carries the demand too)
+            if not await self._write():
+                self._demand_event.set()
+                await asyncio.sleep(DEMAND_RETRY_SECONDS)
 
     async def start(self) -> None:
         """Register (retrying until it works), before the caller lists its views."""
@@ -183,10 +226,12 @@ class Registrar:
         """Renew every duration/3 (at once again after a failure, then each second); re-list
         after any lapse. Beats the heartbeat meanwhile."""
         beating = asyncio.create_task(self.beat(), name="gateway heartbeat")
+        demanding = asyncio.create_task(self.demand_loop(), name="gateway wake demand")
         try:
             await self._renew_loop()
         finally:
             beating.cancel()
+            demanding.cancel()
 
     async def _renew_loop(self) -> None:
         while not self.stopping:

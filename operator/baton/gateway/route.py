@@ -9,12 +9,15 @@ call must never be forwarded to).
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import functools
 import ipaddress
 import json
-from typing import Any, Container, Iterable, Mapping
+import math
+from typing import Any, Callable, Container, Iterable, Mapping
 
+from baton.gateway import idle
 from baton.model import names
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -39,6 +42,10 @@ class Reason(str, enum.Enum):
     BAD_REQUEST = "BadRequest"  # 400: smuggling, a bad Host
     UPSTREAM_ERROR = "UpstreamError"  # 502: the pod failed mid-call
     CLIENT_NOT_ALLOWED = "ClientNotAllowed"  # 403: the caller is outside spec.service.clients
+    # Idle runtimes (baton.gateway.idle; the same strings as the model's reasons, issue 43):
+    IDLE = "Idle"  # 503 at once: ping or no JSON-RPC request for an idle runtime (no wake)
+    WAKE_TIMEOUT = "WakeTimeout"  # 503: held for a wake past spec.idle.wakeSeconds
+    WAKE_FAILED = "WakeFailed"  # 503 at once: a failed wake's back-off (status.retry.notBefore) runs
 
 
 STATUS = {
@@ -190,9 +197,12 @@ class Forward:
 
 @dataclasses.dataclass(frozen=True)
 class Hold:
-    """No forwardable generation, a transition under way (or the view not yet trustworthy)."""
+    """No forwardable generation, a transition under way (or the view not yet trustworthy).
+    `wake_seconds`: the runtime is idle and this is a hold for its wake, bounded by
+    spec.idle.wakeSeconds from the call's arrival (None: budgets.admissionSeconds)."""
 
     why: str
+    wake_seconds: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,10 +288,11 @@ def decide(
     sealed: Container[str],
     excluded: Container[str],
     allowed: Iterable[Network],
+    now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
 ) -> Decision:
     """Where a new call for `runtime` (as the view shows it) goes: the forwarding rule of
     /work/brief/gateway.md. `excluded`: pod UIDs this call must never reach (it was held while
-    they retired)."""
+    they retired). `now`: the wall clock, read only for an idle runtime's back-off."""
     if runtime is None or not ((runtime.get("spec") or {}).get("service") or {}).get("gateway"):
         return Refuse(Reason.UNKNOWN_RUNTIME, 0, "no runtime of that name is served by the gateway")
     svc_port = service_port(runtime, port)
@@ -318,6 +329,16 @@ def decide(
         return Forward(uid=str(uid), ip=ip, port=pod_port, generation=int(generation or 0))
     # The operator's own failures: no generation will serve within a call's wait, so say why at
     # once (Degraded carries them; Ready says BackingOff while a retry waits).
+    since = idle.idle_since(runtime)
+    if since is not None:
+        # Idle, no pod serves (docs/gateway.md, "Idle runtimes and wake"). A failed wake's
+        # back-off: refused at once, no call held for a wake that will not start yet.
+        left = idle.backoff_left(runtime, now=now())
+        if left is not None:
+            ready = _cond(runtime, "Ready") or {}
+            return Refuse(Reason.WAKE_FAILED, max(1, math.ceil(left)),
+                          str(ready.get("message") or "the runtime's last wake failed; the next waits for its back-off"),
+                          generation)
     transition = status.get("transition") or {}
     degraded = _cond(runtime, "Degraded") or {}
     failed = str(degraded.get("reason") or "") if degraded.get("status") == "True" else ""
@@ -325,6 +346,8 @@ def decide(
         failed = Reason.CONNECT_TIMEOUT.value
     if failed in (Reason.CONNECT_TIMEOUT.value, Reason.POD_REJECTED.value):
         return Refuse(Reason(failed), 10, str(degraded.get("message") or failed), generation)
+    if since is not None:
+        return Hold(f"the runtime is idle since {since}: waking it", wake_seconds=idle.wake_seconds(runtime))
     if transition:
         return Hold("a transition is under way")
     # A runtime not yet started, or whose pod is briefly not Ready: the operator's next step

@@ -5,8 +5,12 @@ All bounded: sealed UIDs (SEALED_PER_RUNTIME per runtime and SEALED_CAP in all; 
 the seal of a pod already out of the view is evicted, never that of a pod still in it: with none
 to evict the new seal is refused, SealRefused, and the operator asks again; an entry also goes
 once its pod has been out of the view for SEALED_FORGET_SECONDS), sessions (SESSIONS_CAP, least
-recently used first), the re-bindings of sealed session ids (baton.gateway.sessions.Rebinds) and
-the sessions seen per pod (SESSIONS_SEEN_CAP, least recently used first).
+recently used first), the re-bindings of sealed session ids (baton.gateway.sessions.Rebinds),
+the sessions seen per pod (SESSIONS_SEEN_CAP, least recently used first), the last activity per
+runtime (ACTIVITY_CAP, least recently active first: an evicted runtime's time raises the floor
+every runtime not listed is read at, so an eviction never makes a runtime look idler than it is),
+and the wake demand (one entry per runtime with a call held for its wake: bounded by the held
+calls; at most names.WAKE_DEMAND_MAX reported).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Callable
 from baton.gateway import gwmetrics
 from baton.gateway import sessions as sessions_mod
 from baton.gateway import streams as streams_mod
+from baton.model import names
 
 Key = tuple[str, str]  # (namespace, runtime)
 # A runtime has one serving pod and, through a handoff, one or two retiring ones: 16 sealed pods
@@ -33,6 +38,8 @@ SESSIONS_CAP = 65536
 # counts them per retiring pod (GET /v1/inflight); at most SESSIONS_SEEN_REPORTED in one answer.
 SESSIONS_SEEN_CAP = 65536
 SESSIONS_SEEN_REPORTED = 4096
+# Runtimes whose last activity is kept (baton.gateway.idle; GET /v1/activity).
+ACTIVITY_CAP = 65536
 
 
 class SealRefused(Exception):
@@ -60,6 +67,16 @@ class State:
         # Open GET event streams and WebSockets per pod UID, ended once their pod is sealed and
         # they are quiet (baton.gateway.streams).
         self.streams = streams_mod.Streams(clock=clock)
+        # Idle and wake (baton.gateway.idle): when each runtime last had a call that counts as
+        # activity (least recently active first), the floor an unlisted runtime is read at (this
+        # replica's start, or the latest time evicted), the calls forwarded now per runtime (no
+        # GET streams), and the runtimes with calls held for their wake: [calls, since].
+        self.started = clock()
+        self.activity: collections.OrderedDict[Key, float] = collections.OrderedDict()
+        self._activity_floor = self.started
+        self.calls: collections.Counter[Key] = collections.Counter()
+        self.demand: dict[Key, list[float]] = {}
+        self.on_demand_change: Callable[[], None] = lambda: None  # the registrar's prompt write
 
     # --- wake-ups: one Event per runtime, replaced when set, so a waiter sees every change after it looked
     def event(self, key: Key) -> asyncio.Event:
@@ -157,3 +174,51 @@ class State:
                 if len(seen) >= SESSIONS_SEEN_REPORTED:
                     break
         return seen
+
+    # --- activity and wake demand (baton.gateway.idle; docs/gateway.md, "Idle runtimes and wake")
+    def active(self, key: Key) -> None:
+        """A call that counts as activity for runtime `key` was forwarded (or ended) now."""
+        self.activity[key] = self.clock()
+        self.activity.move_to_end(key)
+        while len(self.activity) > ACTIVITY_CAP:
+            _, evicted = self.activity.popitem(last=False)
+            self._activity_floor = max(self._activity_floor, evicted)
+
+    def idle_seconds(self, key: Key) -> float:
+        """Seconds since runtime `key`'s last activity here (since this replica started if none)."""
+        return max(0.0, self.clock() - self.activity.get(key, self._activity_floor))
+
+    def call_begin(self, key: Key) -> None:
+        self.calls[key] += 1
+
+    def call_end(self, key: Key) -> None:
+        self.calls[key] -= 1
+        if self.calls[key] <= 0:
+            del self.calls[key]
+
+    def demand_add(self, key: Key) -> None:
+        """One more call held for runtime `key`'s wake; the first makes it demand."""
+        entry = self.demand.get(key)
+        if entry is not None:
+            entry[0] += 1
+            return
+        self.demand[key] = [1, self.clock()]
+        self.on_demand_change()
+
+    def demand_remove(self, key: Key) -> None:
+        entry = self.demand.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] <= 0:
+            del self.demand[key]
+            self.on_demand_change()
+
+    def wake_demand(self) -> list[str]:
+        """What the registration Lease's names.ANN_WAKE_DEMAND says: "namespace/name" of the
+        runtimes with calls held for their wake, sorted; past names.WAKE_DEMAND_MAX, those held
+        longest (the others get their turn as those wake)."""
+        keys = list(self.demand)
+        if len(keys) > names.WAKE_DEMAND_MAX:
+            keys = sorted(keys, key=lambda k: self.demand[k][1])[:names.WAKE_DEMAND_MAX]
+        return sorted(f"{ns}/{name}" for ns, name in keys)

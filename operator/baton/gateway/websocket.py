@@ -21,7 +21,7 @@ SKIP = frozenset({"sec-websocket-key", "sec-websocket-version", "sec-websocket-e
 
 
 async def relay(up: Any, request: web.BaseRequest, d: route.Forward, *, target: route.Target,
-                headers: list[tuple[str, str]], outcome: str) -> web.StreamResponse | None:
+                headers: list[tuple[str, str]], outcome: str, held_ms: str | None = None) -> web.StreamResponse | None:
     """`up`: the forward.Upstreams (its session, resolver and failure answer). Open the
     WebSocket to pod `d` (the client's subprotocols and end-to-end headers passed on) and pump
     messages both ways until either side ends; None when the pod refused the connection before
@@ -52,6 +52,8 @@ async def relay(up: Any, request: web.BaseRequest, d: route.Forward, *, target: 
         gwmetrics.calls(outcome, "").inc()
         ws = web.WebSocketResponse(protocols=(pod_ws.protocol,) if pod_ws.protocol else (), max_msg_size=4 * 1024 * 1024)
         ws.headers[names.HEADER_GENERATION] = str(d.generation)
+        if held_ms is not None:
+            ws.headers[names.HEADER_HELD_MS] = held_ms
         await ws.prepare(request)
         restart = asyncio.Event()
         # Ended at the seal once quiet (baton.gateway.streams): close 1012 Service Restart, so the

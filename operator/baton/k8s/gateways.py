@@ -1,7 +1,9 @@
 """The gateway replicas, as the operator sees them (DESIGN.md "Gateway"; the contract in
 docs/architecture.md, "Sealed admission"). Does I/O: one LIST of Leases in the system namespace
-through the API server, and two admin calls to each live replica over aiohttp (one session per
-process, its connections kept and bounded).
+through the API server, and the admin calls to each live replica over aiohttp (seal, in-flight,
+and for spec.idle the runtime's activity; one session per process, its connections kept and
+bounded). A Lease's ANN_WAKE_DEMAND (the idle runtimes a replica holds calls for) is read here
+too, from the LIST or the operator's watch of the same Leases (baton.cache.views).
 
 Each replica registers itself with a Lease labelled baton.dev/component=gateway in
 BATON_SYSTEM_NAMESPACE, renewed while it lives, whose annotation baton.dev/gateway-admin carries
@@ -40,7 +42,7 @@ from baton.sharding import ranges
 # In the system namespace: the replicas' Leases (listed here), and the gateway's pods, whose
 # watch-fed view (baton.cache.views) gives the EndpointSlice of each runtime routed through it.
 RBAC: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("coordination.k8s.io", "leases", ("list",)),
+    ("coordination.k8s.io", "leases", ("list", "watch")),  # watched: a wake's demand (baton.cache.views)
     ("", "pods", ("list", "watch")),
 )
 
@@ -53,6 +55,8 @@ MAX_ADMIN_RESPONSE_BYTES = 4096
 MAX_SESSIONS_LISTED = 4096
 MAX_FINGERPRINT_CHARS = 64
 MAX_INFLIGHT_RESPONSE_BYTES = MAX_ADMIN_RESPONSE_BYTES + MAX_SESSIONS_LISTED * (MAX_FINGERPRINT_CHARS + 4)
+# A wake-demand annotation: at most names.WAKE_DEMAND_MAX names of at most 253 + 1 + 63 characters.
+MAX_WAKE_DEMAND_CHARS = 512 * 330
 # Every admin call of this process goes through one session: connections to the replicas are
 # kept alive and reused (a seal round per runtime in transition every half second would otherwise
 # open and close one connection per call), at most this many in all and to each replica. A call
@@ -77,6 +81,8 @@ class Replica:
     # Its Lease stopped changing for a whole duration, but its static window has not passed: it
     # may still forward to runtimes in steady state (and still answers its admin API).
     lapsed: bool = False
+    # The idle runtimes ("namespace/name") it holds calls for now: its Lease's ANN_WAKE_DEMAND.
+    wake_demand: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +102,10 @@ class AdminError(Exception):
     """An admin call that did not give a usable answer (unreachable, timed out, not 200, not JSON)."""
 
 
+class AdminNotFound(AdminError):
+    """404: the replica has no such admin endpoint (a gateway older than the call)."""
+
+
 class AdminGone(AdminError):
     """The answer says the replica addressed is not there: the connection was refused (nothing
     listens at its address: its process is dead) or the call was refused as misaddressed (409:
@@ -110,6 +120,25 @@ def static_seconds(lease: dict[str, Any]) -> int:
     if not isinstance(text, str) or not text.isdigit():
         return 0
     return min(int(text), MAX_STATIC_SECONDS)
+
+
+def wake_demand(lease: dict[str, Any] | None) -> frozenset[str]:
+    """The runtimes ("namespace/name") a gateway Lease's ANN_WAKE_DEMAND lists (a JSON list of
+    strings, at most names.WAKE_DEMAND_MAX read); empty when none, or malformed (never a wake
+    from an annotation that cannot be read)."""
+    if lease is None:
+        return frozenset()
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(names.ANN_WAKE_DEMAND)
+    if not isinstance(text, str) or len(text) > MAX_WAKE_DEMAND_CHARS:
+        return frozenset()
+    try:
+        listed = json.loads(text)
+    except ValueError:
+        return frozenset()
+    if not isinstance(listed, list):
+        return frozenset()
+    return frozenset(k for k in listed[:names.WAKE_DEMAND_MAX]
+                     if isinstance(k, str) and k.count("/") == 1 and all(k.split("/")))
 
 
 def live_replicas(leases: list[dict[str, Any]], *, sightings: ranges.Sightings, now: float) -> list[Replica]:
@@ -129,7 +158,8 @@ def live_replicas(leases: list[dict[str, Any]], *, sightings: ranges.Sightings, 
             continue
         unchanged_for = sightings.observe(name=str(name), version=f"{uid}/{version}", now=now)
         if unchanged_for < duration + static_seconds(lease):
-            out.append(Replica(name=str(name), admin=str(admin), uid=str(uid), lapsed=unchanged_for >= duration))
+            out.append(Replica(name=str(name), admin=str(admin), uid=str(uid), lapsed=unchanged_for >= duration,
+                               wake_demand=wake_demand(lease)))
     sightings.forget_except(str((lz.get("metadata") or {}).get("name")) for lz in leases)
     return sorted(out, key=lambda r: r.name)
 
@@ -180,6 +210,8 @@ async def _call(method: str, url: str, *, body: dict[str, Any] | None = None, ke
             raw = await _read(resp.content, limit=limit)
             if resp.status == 409:
                 raise AdminGone(f"{method} {url}: {resp.status}{_why(raw)}")
+            if resp.status == 404:
+                raise AdminNotFound(f"{method} {url}: {resp.status}{_why(raw)}")
             if resp.status != 200:
                 raise AdminError(f"{method} {url}: {resp.status}{_why(raw)}")
     except AdminError:
@@ -270,3 +302,38 @@ async def inflight(replica: Replica, *, uid: str, namespace: str, runtime: str, 
                          limit=MAX_INFLIGHT_RESPONSE_BYTES)
     return _counts(answer, replica.name)
 
+
+
+@dataclasses.dataclass(frozen=True)
+class Activity:
+    """One replica's GET /v1/activity answer: seconds since the runtime's last call that counts
+    (by the replica's own clock; since it started if none), calls in flight and held for it."""
+
+    idle_seconds: float
+    inflight: int
+    held: int
+
+
+def _activity(answer: dict[str, Any], what: str) -> Activity:
+    idle = answer.get("idleSeconds")
+    if not isinstance(idle, (int, float)) or isinstance(idle, bool) or not idle >= 0 or idle == float("inf"):
+        raise AdminError(f"{what}: no idleSeconds in the activity answer")
+    counts = []
+    for field in ("inflight", "held"):
+        n = answer.get(field)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise AdminError(f"{what}: no {field} count in the activity answer")
+        counts.append(n)
+    return Activity(idle_seconds=float(idle), inflight=counts[0], held=counts[1])
+
+
+async def activity(replica: Replica, *, namespace: str, runtime: str, key: bytes | None = None,
+                   timeout: float = ADMIN_TIMEOUT_SECONDS) -> Activity:
+    """GET /v1/activity: how long since the runtime's last call that counts as activity on this
+    replica, and its calls in flight and held (spec.idle). Addressed to the replica's Lease when
+    its uid is known. AdminNotFound (404): a gateway older than idling, whose activity is unknown."""
+    fields = {"namespace": namespace, "runtime": runtime}
+    if replica.uid:
+        fields.update({"lease": replica.name, "leaseUID": replica.uid})
+    answer = await _call("GET", _url(replica.admin, "/v1/activity?" + urlencode(fields)), key=key, timeout=timeout)
+    return _activity(answer, replica.name)

@@ -63,7 +63,8 @@ def with_conditions(
 # DrainProbeMisconfigured (set as a generation becomes Ready), LockTimeout and LeaseOutsideView
 # (another holder works on it), UnknownStep (the transition resumed), and NameConflict (Ready says
 # NameConflict itself when a pod holds the name; a foreign Service alone blocks no pod).
-BLOCKING = (st.Reason.CONFIG_REF_MISSING, st.Reason.INVALID_SPEC, st.Reason.POD_REJECTED, st.Reason.CONNECT_TIMEOUT)
+BLOCKING = (st.Reason.CONFIG_REF_MISSING, st.Reason.INVALID_SPEC, st.Reason.POD_REJECTED, st.Reason.CONNECT_TIMEOUT,
+            st.Reason.WAKE_FAILED)
 # Ready reasons that only say nothing serves yet (or a transition's step): a cause replaces them.
 _NOTHING_SERVES = {st.Reason.NO_GENERATION.value, st.Reason.BACKING_OFF.value, *(s.value for s in st.Step),
                    *(r.value for r in BLOCKING)}
@@ -167,6 +168,8 @@ def step_conditions(status: st.ToolRuntimeStatus, o: obs.Observed, now: datetime
     if t.trigger == st.Trigger.ORPHAN:
         # A stray beside the serving generation: two pods of one runtime exist until it is gone.
         changes.append((st.ConditionType.READY, False, st.Reason.MULTIPLE_PODS, f"{t.from_pod} (uid {t.from_uid}) is retired first; {what}"))
+    elif t.trigger == st.Trigger.WAKE and t.step in (st.Step.CREATING, st.Step.CONNECTING):
+        changes.append((st.ConditionType.READY, False, st.Reason.WAKING, what))  # an idle runtime's wake
     else:
         changes.append((st.ConditionType.READY, False, st.text(t.step), what))
     return with_conditions(initial_conditions(status, o, now), o, now, *changes)

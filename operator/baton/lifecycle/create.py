@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 from baton.lifecycle import conditions
+from baton.lifecycle import dormancy
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import steady
@@ -55,7 +56,8 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
         return p.Plan((p.ConfirmNoPod(name), p.WriteStatus(status), *steady.new_warnings(o.status, status)), 0,
                       "nothing to create")
     if mine is not None:
-        return transitions.advance(o, t, now, st.Step.CONNECTING, deadline=now + transitions.seconds(o.spec.budgets.connect_seconds),
+        deadline = dormancy.start_deadline(o, t) or now + transitions.seconds(o.spec.budgets.connect_seconds)
+        return transitions.advance(o, t, now, st.Step.CONNECTING, deadline=deadline,
                         to=to, to_uid=mine.uid, template_hash=mine.template_hash or o.desired_hash,
                         attempt=None, not_before=None, message=None)
     if o.create_in_doubt == to:
@@ -69,17 +71,26 @@ def creating(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Pla
     if o.spec_error is not None:
         return transitions.blocked(o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.INVALID_SPEC,
                                    message=f"spec cannot be read: {o.spec_error}", wait=None)
-    # Creating is bounded by connectSeconds too: refusals back off inside it, then give up.
-    deadline = t.step_started_at + transitions.seconds(o.spec.budgets.connect_seconds)
+    # Creating is bounded by connectSeconds too (a wake: wakeSeconds from its start, with
+    # Connecting): refusals back off inside it, then give up.
+    deadline = dormancy.start_deadline(o, t) or t.step_started_at + transitions.seconds(o.spec.budgets.connect_seconds)
     if o.pod_rejected is not None:
         return _pod_rejected(o, t, now, to=to, deadline=deadline)
     if t.not_before is not None and now < t.not_before:
         return p.Plan((), transitions.remaining(t.not_before, now), "backing off after a refused create")
+    if o.spec.stdio is not None and not o.bridge_image:
+        return transitions.blocked(o, now, kind=st.ConditionType.DEGRADED, reason=st.Reason.INVALID_SPEC,
+                                   message=STDIO_WITHOUT_IMAGE, wait=None)
     manifest = mf.build_pod(
         namespace=o.namespace, runtime=o.name, runtime_uid=o.uid, template=o.spec.template,
         generation=to, fencing_token=o.status.fencing_token, template_hash=o.desired_hash,
+        stdio=o.spec.stdio, budgets=o.spec.budgets, bridge_image=o.bridge_image,
     )
     return p.Plan((p.CreatePod(manifest),), 0 if o.last_error is None else 1.0, f"create {name} (g{to})")
+
+
+STDIO_WITHOUT_IMAGE = ("spec.stdio needs Baton's bridge, copied from Baton's own image, and the operator does not know "
+                       "it: set BATON_IMAGE on the operator (the chart sets it)")
 
 
 def _pod_rejected(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, to: int, deadline: datetime.datetime) -> p.Plan:
@@ -91,9 +102,14 @@ def _pod_rejected(o: obs.Observed, t: st.Transition, now: datetime.datetime, *, 
     if now >= deadline:
         retry_attempt = (o.status.retry.attempt if o.status.retry else 0) + 1
         wait = transitions.backoff_seconds(retry_attempt, o.backoff_base_seconds)
-        why = f"{msg}; gave up after connectSeconds={o.spec.budgets.connect_seconds}, next try in {wait:.0f}s"
+        budget = (f"spec.idle.wakeSeconds={o.spec.idle.wake_seconds}" if dormancy.is_wake(o, t) and o.spec.idle
+                  else f"connectSeconds={o.spec.budgets.connect_seconds}")
+        why = f"{msg}; gave up after {budget}, next try in {wait:.0f}s"
         status = transitions.stamped(o, now).model_copy(update={
             "transition": None, "retry": st.Retry(attempt=retry_attempt, not_before=now + transitions.seconds(wait))})
+        if dormancy.is_wake(o, t):
+            status, failed = dormancy.wake_failed(o, t, now, status, why)
+            rejected += failed
         status = conditions.with_conditions(conditions.initial_conditions(status, o, now), o, now,
                                   (st.ConditionType.DEGRADED, True, st.Reason.POD_REJECTED, why),
                                   (st.ConditionType.READY, False, st.Reason.POD_REJECTED, why),
@@ -145,7 +161,8 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
                                                   "latest_generation": max(o.status.latest_generation, nxt)})
         status = conditions.step_conditions(status, o, now, new_t)
         return p.Plan((p.WriteStatus(status),
-                       p.Event("Warning", st.Reason.POD_LOST.value, f"new generation {to} lost its pod before Ready; next is g{nxt}")),
+                       p.Event("Warning", st.Reason.POD_LOST.value, f"new generation {to} lost its pod before Ready; next is g{nxt}"
+                               + (f"; {pod.terminated}" if pod is not None and pod.terminated else ""))),
                       0, "new pod lost")
     expired = t.deadline is not None and now >= t.deadline
     if pod.ready and not (expired and o.last_error is not None):
@@ -162,6 +179,7 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
                              parts=dict(o.desired_parts) if o.desired_parts and built_from == o.desired_hash else None,
                              started_at=pod.created_at, ready_since=now)
         status = transitions.stamped(o, now).model_copy(update={"current": current, "transition": None, "retry": None})
+        status, woke = dormancy.woken(o, t, now, status)
         changes: list[conditions.Cond] = [
             (st.ConditionType.READY, True, st.Reason.GENERATION_READY, f"generation {to} serves ({pod.name})"),
             (st.ConditionType.PROGRESSING, False, st.Reason.IDLE, ""),
@@ -179,18 +197,31 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
         return p.Plan(
             (p.WriteStatus(status), transitions.step_timing(t, now),
              p.Event("Normal", st.Reason.GENERATION_READY.value, f"generation {to} ({pod.name}) is Ready and serving"),
-             *said),
+             *said, *woke),
             0, f"g{to} ready",
         )
     if t.deadline is not None and now >= t.deadline:
-        attempt = (o.status.retry.attempt if o.status.retry else 0) + 1
-        msg = f"generation {to} ({pod.name}) not Ready within connectSeconds={o.spec.budgets.connect_seconds} (attempt {attempt})"
-        new_t = transitions.retiring(o, now, kind=kinds.RETIRE, trigger=st.Trigger.CONNECT_TIMEOUT, pod=pod,
-                          generation=to, uid=pod.uid)
-        status = transitions.stamped(o, now).model_copy(update={"transition": new_t, "retry": st.Retry(attempt=attempt)})
-        status = conditions.with_conditions(conditions.step_conditions(status, o, now, new_t), o, now,
-                                  (st.ConditionType.DEGRADED, True, st.Reason.CONNECT_TIMEOUT, msg))
-        return p.Plan((p.WriteStatus(status), transitions.step_timing(t, now),
-                       p.Event("Warning", st.Reason.CONNECT_TIMEOUT.value, msg),
-                       p.Record(p.Metric.CONNECT_TIMEOUTS)), 0, "connect timeout")
+        return _connect_timeout(o, t, now, pod)
     return p.Plan((), transitions.remaining(t.deadline, now), f"waiting for {pod.name} Ready")
+
+
+def _connect_timeout(o: obs.Observed, t: st.Transition, now: datetime.datetime, pod: obs.PodInfo) -> p.Plan:
+    """The new pod missed connectSeconds (a wake: spec.idle.wakeSeconds from its start): retire it
+    and back off (status.retry). A missed wake says WakeFailed and leaves the runtime idle."""
+    to = t.to or 0
+    attempt = (o.status.retry.attempt if o.status.retry else 0) + 1
+    wake = dormancy.is_wake(o, t) and o.spec.idle is not None
+    budget = (f"spec.idle.wakeSeconds={o.spec.idle.wake_seconds}" if wake and o.spec.idle is not None
+              else f"connectSeconds={o.spec.budgets.connect_seconds}")
+    msg = f"generation {to} ({pod.name}) not Ready within {budget} (attempt {attempt})"
+    reason = st.Reason.WAKE_FAILED if wake else st.Reason.CONNECT_TIMEOUT
+    new_t = transitions.retiring(o, now, kind=st.TransitionKind.RETIRE, trigger=st.Trigger.CONNECT_TIMEOUT, pod=pod,
+                                 generation=to, uid=pod.uid)
+    status = transitions.stamped(o, now).model_copy(update={"transition": new_t, "retry": st.Retry(attempt=attempt)})
+    status = conditions.with_conditions(conditions.step_conditions(status, o, now, new_t), o, now,
+                                        (st.ConditionType.DEGRADED, True, reason, msg))
+    said: tuple[p.Action, ...] = (p.Event("Warning", reason.value, msg),)
+    if wake:
+        status, said = dormancy.wake_failed(o, t, now, status, msg)
+    return p.Plan((p.WriteStatus(status), transitions.step_timing(t, now), *said,
+                   p.Record(p.Metric.CONNECT_TIMEOUTS)), 0, "wake failed" if wake else "connect timeout")

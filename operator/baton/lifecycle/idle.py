@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 
 from baton.lifecycle import conditions
+from baton.lifecycle import dormancy
 from baton.lifecycle import lease
 from baton.lifecycle import pin_gate
 from baton.lifecycle import pins as pn
@@ -112,9 +113,14 @@ def _intent(
     if current is not None:
         lost = current_pod is None or current_pod.phase in ("Failed", "Succeeded") or current_pod.deleting
         if lost:
-            return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.POD_LOST, pod=current_pod,
-                             generation=current.generation, uid=current.uid, to=nxt,
-                             started_at=current.started_at))
+            handoff = transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.POD_LOST, pod=current_pod,
+                                           generation=current.generation, uid=current.uid, to=nxt,
+                                           started_at=current.started_at)
+            if current_pod is not None and current_pod.terminated:
+                # Why it ended (a stdio child's exit status and last stderr lines): the
+                # conditions and the PodLost event quote it.
+                handoff = handoff.model_copy(update={"message": current_pod.terminated})
+            return transitions.Start(handoff)
         if o.annotations.get(names.ANN_RESET, "").strip() == str(current.generation):
             return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.RESET, pod=current_pod,
                              generation=current.generation, uid=current.uid, to=nxt))
@@ -123,11 +129,14 @@ def _intent(
                 return transitions.Nothing()  # keep serving the old one; Degraded says why
             return transitions.Start(transitions.retiring(o, now, kind=kinds.HANDOFF, trigger=trig.TEMPLATE_CHANGED, pod=current_pod,
                              generation=current.generation, uid=current.uid, to=nxt))
-        return transitions.Nothing()
+        return dormancy.go_idle(o, now, current_pod)
     # Nothing serves: start a generation, unless backing off, the config is incomplete, or a
     # foreign pod holds the name (a foreign Service only goes unmanaged: Degraded says so).
     if o.missing_config_refs or steady.foreign_blocking_create(o):
         return transitions.Nothing()
+    woke = dormancy.wake(o, now)
+    if woke is not None:
+        return woke  # idle: only a demanded wake starts a generation
     if status.retry and status.retry.not_before and now < status.retry.not_before:
         return transitions.Wait(transitions.remaining(status.retry.not_before, now))
     trigger = trig.RETRY if status.retry else (trig.RESUMED if status.history else trig.INITIAL)
@@ -183,6 +192,8 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     else:
         status = status.model_copy(update=update)
         status = conditions.with_conditions(conditions.step_conditions(status, o, now, t), o, now, *changes)
+    status, woke = dormancy.began(o, t, now, status)
+    pin_events.extend(woke)
     # Events and metrics record what WriteStatus persisted, so they come right after it: they are
     # queued, never fail, and an API call failing later in the plan cannot lose them (the next
     # pass finds the transition begun and does not begin it again).
@@ -195,7 +206,8 @@ def _begin(o: obs.Observed, now: datetime.datetime, t: st.Transition) -> p.Plan:
     ]
     if t.trigger == st.Trigger.POD_LOST:
         actions.append(p.Event("Warning", st.Reason.POD_LOST.value,
-                               f"pod {t.from_pod} of generation {t.from_} is gone or failed; handing off to g{t.to}"))
+                               f"pod {t.from_pod} of generation {t.from_} is gone or failed; handing off to g{t.to}"
+                               + (f"; {t.message}" if t.message else "")))
     if t.trigger == st.Trigger.ORPHAN:
         actions += [p.Event("Warning", st.Reason.MULTIPLE_PODS.value,
                             f"pod {t.from_pod} (uid {t.from_uid}) is not the current generation's: retiring it "

@@ -30,6 +30,94 @@ def owner_reference(*, name: str, uid: str, block_owner_deletion: bool = True) -
     }
 
 
+def pod_definition(spec: spec_model.ToolRuntimeSpec) -> dict[str, Any]:
+    """What a generation's pod is built from, as template_hash hashes it: the template, and with
+    spec.stdio the stdio command too (changing it hands off). Without stdio, the template alone:
+    the hashes of existing runtimes stay what they were."""
+    if spec.stdio is None:
+        return spec.template
+    return {"template": spec.template, "stdio": spec.stdio.wire()}
+
+
+# The bridge (docs/stdio.md): copied from Baton's image by an init container into an emptyDir
+# that the tool container mounts read-only.
+BRIDGE_VOLUME = spec_model.BRIDGE_VOLUME
+BRIDGE_INIT_CONTAINER = spec_model.BRIDGE_INIT_CONTAINER
+BRIDGE_MOUNT = spec_model.BRIDGE_MOUNT
+BRIDGE_SOURCE = "/opt/baton/bin/baton-bridge"  # where Baton's image holds it
+BRIDGE_BINARY = f"{BRIDGE_MOUNT}/baton-bridge"
+BRIDGE_PORT_NAME = spec_model.BRIDGE_PORT_NAME
+TERMINATION_LOG = "/dev/termination-log"
+# Seconds of the grace kept back after the bridge's last step (SIGKILL of the child, its own exit).
+BRIDGE_GRACE_MARGIN_SECONDS = 1
+RESTRICTED = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def bridge_seconds(*, stdio: spec_model.Stdio, budgets: spec_model.Budgets) -> tuple[int, int, int]:
+    """(drain, eof, term) seconds of the bridge's shutdown on SIGTERM. The pod's grace is
+    budgets.terminationGraceSeconds (Baton's delete sends it too): drain + eof + term must end
+    before the kubelet's SIGKILL, so the child gets EOF before any signal. The drain takes what
+    the grace leaves after eof, term and a margin, at most budgets.drainSeconds (Baton's own drain
+    already waited for the calls before the delete; this one serves deletes Baton did not drain:
+    an eviction, a node drain, `kubectl delete`). The CRD keeps it at least 1."""
+    left = budgets.termination_grace_seconds - stdio.eof_seconds - stdio.term_seconds - BRIDGE_GRACE_MARGIN_SECONDS
+    return max(1, min(budgets.drain_seconds, left)), stdio.eof_seconds, stdio.term_seconds
+
+
+def stdio_container_index(template: dict[str, Any], stdio: spec_model.Stdio) -> int:
+    """Index of the container the stdio server runs in: spec.stdio.container, else the first."""
+    containers = (template.get("spec") or {}).get("containers") or []
+    if stdio.container is None:
+        return 0
+    for i, c in enumerate(containers):
+        if c.get("name") == stdio.container:
+            return i
+    raise ValueError(f"spec.stdio.container {stdio.container!r} names no container of spec.template.spec.containers")
+
+
+def _with_bridge(pod_spec: dict[str, Any], *, stdio: spec_model.Stdio, budgets: spec_model.Budgets,
+                 bridge_image: str, index: int) -> dict[str, Any]:
+    """`pod_spec` (a copy, changed) with the bridge installed in front of container `index`."""
+    drain, eof, term = bridge_seconds(stdio=stdio, budgets=budgets)
+    pod_spec["initContainers"] = [{
+        "name": BRIDGE_INIT_CONTAINER,
+        "image": bridge_image,
+        "command": ["cp", BRIDGE_SOURCE, f"{BRIDGE_MOUNT}/"],
+        "volumeMounts": [{"name": BRIDGE_VOLUME, "mountPath": BRIDGE_MOUNT}],
+        "securityContext": copy.deepcopy(RESTRICTED),
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}},
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }, *(pod_spec.get("initContainers") or [])]
+    pod_spec["volumes"] = [*(pod_spec.get("volumes") or []),
+                           {"name": BRIDGE_VOLUME, "emptyDir": {"sizeLimit": "64Mi"}}]
+    # A stdio child's state lives in its process: restarted in place it would come back empty
+    # under the same generation. Never: the pod fails and the generation is replaced (POD_LOST).
+    pod_spec["restartPolicy"] = "Never"
+    pod_spec["terminationGracePeriodSeconds"] = budgets.termination_grace_seconds
+    c = pod_spec["containers"][index]
+    c["command"] = [BRIDGE_BINARY, "--listen", f"0.0.0.0:{stdio.port}", "--path", stdio.path,
+                    "--drain-seconds", str(drain), "--eof-seconds", str(eof), "--term-seconds", str(term),
+                    "--init-seconds", str(budgets.connect_seconds), "--termination-log", TERMINATION_LOG,
+                    "--", *stdio.command]
+    c["args"] = list(stdio.args)
+    c["ports"] = [*(c.get("ports") or []), {"name": BRIDGE_PORT_NAME, "containerPort": stdio.port, "protocol": "TCP"}]
+    c["volumeMounts"] = [*(c.get("volumeMounts") or []),
+                         {"name": BRIDGE_VOLUME, "mountPath": BRIDGE_MOUNT, "readOnly": True}]
+    c["readinessProbe"] = {"httpGet": {"path": spec_model.BRIDGE_READY_PATH, "port": BRIDGE_PORT_NAME},
+                           "periodSeconds": 1, "timeoutSeconds": 1, "failureThreshold": 1}
+    # The bridge writes why the child ended (exit status, its last stderr lines) there; the
+    # kubelet puts it in the container's terminated state, which the POD_LOST handoff quotes.
+    c["terminationMessagePath"] = TERMINATION_LOG
+    c["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    return pod_spec
+
+
 def build_pod(
     *,
     namespace: str,
@@ -39,8 +127,14 @@ def build_pod(
     generation: int,
     fencing_token: int,
     template_hash: str,
+    stdio: spec_model.Stdio | None = None,
+    budgets: spec_model.Budgets | None = None,
+    bridge_image: str = "",
 ) -> dict[str, Any]:
-    """Generation N's pod. Created not serving: it joins the Service only once Ready."""
+    """Generation N's pod. Created not serving: it joins the Service only once Ready. With
+    `stdio`, the bridge runs the stdio server (docs/stdio.md); `bridge_image` (BATON_IMAGE) holds it."""
+    if stdio is not None and not bridge_image:
+        raise ValueError("BATON_IMAGE is not set: a stdio runtime's pod needs Baton's image for its bridge")
     meta = template.get("metadata") or {}
     labels = dict(meta.get("labels") or {})
     labels.update(
@@ -55,6 +149,10 @@ def build_pod(
             names.ANN_TEMPLATE_HASH: template_hash,
         }
     )
+    pod_spec = copy.deepcopy(template.get("spec") or {})
+    if stdio is not None:
+        pod_spec = _with_bridge(pod_spec, stdio=stdio, budgets=budgets or spec_model.Budgets(), bridge_image=bridge_image,
+                                index=stdio_container_index(template, stdio))
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -65,7 +163,7 @@ def build_pod(
             "annotations": annotations,
             "ownerReferences": [owner_reference(name=runtime, uid=runtime_uid)],
         },
-        "spec": copy.deepcopy(template.get("spec") or {}),
+        "spec": pod_spec,
     }
 
 

@@ -27,6 +27,8 @@ class Metric(str, enum.Enum):
     NAME_CONFLICTS = "name_conflicts"  # labels: kind
     RETIREMENTS_BLOCKED = "retirements_blocked"  # a retire became RetirementBlocked (counter)
     FORCE_RETIRES = "force_retires"
+    WAKES = "wakes"  # labels: outcome (Woken | Failed); spec.idle
+    WAKE_SECONDS = "wake_seconds"  # value: seconds from the wake's start to Ready (Woken only)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ import datetime
 
 from baton.lifecycle import conditions
 from baton.lifecycle import create
+from baton.lifecycle import dormancy
 from baton.lifecycle import pin_gate
 from baton.lifecycle import plan as p
 from baton.lifecycle import steady
@@ -199,6 +200,7 @@ def _outcome(o: obs.Observed, t: st.Transition, *, retired_current: bool) -> st.
         st.Trigger.POD_LOST: st.Outcome.LOST,
         st.Trigger.CONNECT_TIMEOUT: st.Outcome.CONNECT_TIMEOUT,
         st.Trigger.SUSPENDED: st.Outcome.SUSPENDED,
+        st.Trigger.IDLE: st.Outcome.IDLED,
     }
     return outcomes.get(t.trigger, st.Outcome.RETIRED)
 
@@ -262,14 +264,18 @@ def retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clean
             wait = transitions.backoff_seconds(retry.attempt, o.backoff_base_seconds)
             retry = retry.model_copy(update={"not_before": now + transitions.seconds(wait)})
         status = status.model_copy(update={"transition": None, "retry": retry})
-        why = st.Reason.SUSPENDED if o.spec.suspend else (st.Reason.BACKING_OFF if retry else st.Reason.NO_GENERATION)
+        status, said = dormancy.idled(o, t, now, status)
+        actions += said
+        why = (st.Reason.SUSPENDED if o.spec.suspend else st.Reason.IDLE if said
+               else st.Reason.BACKING_OFF if retry else st.Reason.NO_GENERATION)
         current_pod = o.pod_by_uid(current.uid) if current else None
         extra_conds += [
             (st.ConditionType.PROGRESSING, False, st.Reason.IDLE, ""),
             # A stray was retired beside a serving generation: that one is still Ready.
             (st.ConditionType.READY, True, st.Reason.GENERATION_READY, f"generation {current.generation} serves ({current.pod})")
             if current and current_pod and current_pod.ready and not o.spec.suspend
-            else (st.ConditionType.READY, False, why, f"generation {t.from_} retired ({outcome.value}); none serving"),
+            else (st.ConditionType.READY, False, why, f"generation {t.from_} retired ({outcome.value}); none serving"
+                  + ("" if not said else " until a wake")),
         ]
         if o.spec.suspend:
             extra_conds.append((st.ConditionType.SUSPENDED, True, st.Reason.SUSPENDED, "spec.suspend is true: no generation runs"))

@@ -6,6 +6,7 @@ import datetime
 from typing import Any
 
 from baton.lifecycle import conditions
+from baton.lifecycle import dormancy
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import claims as claims_model
@@ -92,6 +93,7 @@ def steady_status(o: obs.Observed, now: datetime.datetime, current_pod: obs.PodI
         # The reset it recorded was refused or consumed once the transition had ended: a wait left
         # behind would shorten the wait of a later reset with the same value.
         status = status.model_copy(update={"pending_reset": None})
+    status = dormancy.steady(o, status)  # suspended (or spec.idle removed) while idle: not idle any more
     current = status.current
     if current is not None and o.adopt_hash is not None and current.template_hash == o.desired_hash:
         # An object unreadable when this generation started is readable now: its value now becomes

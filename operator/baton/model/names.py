@@ -38,6 +38,11 @@ ANN_TEMPLATE_HASH = "baton.dev/template-hash"
 ANN_RESET = "baton.dev/reset"
 ANN_FORCE_RECOVERY = "baton.dev/force-recovery"
 ANN_FORCE_RETIRE = "baton.dev/force-retire"
+# Idle and wake (spec.idle; issue 43). On a ToolRuntime: ANN_WAKE, set by `kubectl baton wake NAME`
+# to the RFC 3339 time of the ask (a wake is demanded while it is newer than status.idle.since);
+# ANN_KEEP_AWAKE = "true": never idled.
+ANN_WAKE = "baton.dev/wake"
+ANN_KEEP_AWAKE = "baton.dev/keep-awake"
 
 # The gateway (DESIGN.md, "Gateway"): each replica holds a Lease in the system namespace, labelled
 # LABEL_COMPONENT=COMPONENT_GATEWAY (never LABEL_RUNTIME), renewed while it lives; the annotation
@@ -49,6 +54,10 @@ ANN_GATEWAY_ADMIN = "baton.dev/gateway-admin"
 # the end of its Lease when it cannot renew (BATON_GATEWAY_STATIC_SECONDS; docs/gateway.md, "When
 # the API server is away"). The operator keeps asking such a replica that long (baton.k8s.gateways).
 ANN_GATEWAY_STATIC = "baton.dev/gateway-static-seconds"
+# On a gateway replica's registration Lease: a JSON list of "namespace/name" (sorted, at most
+# WAKE_DEMAND_MAX) of the idle runtimes for which that replica holds calls now (the wake's demand).
+ANN_WAKE_DEMAND = "baton.dev/wake-demand"
+WAKE_DEMAND_MAX = 512
 # The operator replica that exports the per-runtime metrics holds a Lease in the system namespace
 # labelled LABEL_COMPONENT=COMPONENT_METRICS (metrics_lease_name).
 COMPONENT_METRICS = "runtime-metrics"
@@ -69,6 +78,7 @@ SLICE_CONTROLLER = "endpointslice-controller.k8s.io"  # the EndpointSlice contro
 # Response headers the gateway adds.
 HEADER_GENERATION = "Baton-Generation"
 HEADER_REASON = "Baton-Reason"
+HEADER_HELD_MS = "Baton-Held-Ms"  # on every answer to a call that was held: the milliseconds it waited
 
 # Events' reportingComponent.
 REPORTING_COMPONENT = "baton.dev/operator"

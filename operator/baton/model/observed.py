@@ -30,6 +30,9 @@ class PodInfo(base.Model):
     # pod that merely has the runtime's name or labels is never patched, adopted or deleted.
     owned: bool = True
     labelled: bool = True  # carries baton.dev/runtime=<this runtime>
+    # A container that ended: its name, exit status and termination message (bounded), e.g. a
+    # stdio child's "exit status 1; stderr: ..." (docs/stdio.md); None while none has ended.
+    terminated: str | None = None
 
 
 class LeaseInfo(base.Model):
@@ -93,6 +96,14 @@ class NetworkPolicyInfo(base.Model):
     shape: str = ""  # manifests.policy_shape: what Baton writes of it, canonical
 
 
+class Activity(base.Model):
+    """What the live gateway replicas said of a runtime's calls (GET /v1/activity; spec.idle)."""
+
+    idle_seconds: float  # min over the live gateway replicas: seconds since a call that counts
+    inflight: int  # summed over the replicas
+    held: int
+
+
 class ToolPodIsolation(base.Model):
     """BATON_ISOLATE_TOOL_PODS on: who may reach a gateway-routed runtime's pods. The gateway's
     pods (LABEL_COMPONENT=gateway) and the operator's (these labels) in `system_namespace`."""
@@ -150,6 +161,11 @@ class Observed(base.Model):
     # input): in flight and held summed over the replicas that answered. None: not asked this pass.
     gateway_calls: status_model.GatewayCalls | None = None
     gateway_error: str | None = None  # the gateway Leases could not be listed: why
+    # spec.idle only, filled outside decide(): the gateway replicas' activity for the runtime
+    # (None: not asked, or a replica could not be read: never idled on it), and who demands a wake
+    # (a gateway replica's ANN_WAKE_DEMAND naming the runtime, for messages; None: nobody).
+    activity: Activity | None = None
+    wake_demand: str | None = None
     # The gateway pods of the system namespace that may take calls, from their watch-fed view
     # (only read with spec.service.gateway), and whether that view is listed: until it is, the
     # Service is routed as it stands (an empty view says nothing).
@@ -203,6 +219,8 @@ class Observed(base.Model):
     spec_error: str | None = None
     shutting_down: bool = False
     backoff_base_seconds: float = 5.0
+    # Baton's own image (BATON_IMAGE): a stdio runtime's pod copies the bridge from it.
+    bridge_image: str = ""
 
     def pod_by_uid(self, uid: str | None) -> PodInfo | None:
         for p in self.pods:

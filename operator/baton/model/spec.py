@@ -83,6 +83,34 @@ class Handoff(base.Model):
     policy: HandoffPolicy = HandoffPolicy.IMMEDIATE
 
 
+class Idle(base.Model):
+    """spec.idle (needs spec.service.gateway): retire the generation after `after_seconds` without
+    a call that counts (the gateway counts), start nothing; wake on a held call (wake_on_request)
+    or on `kubectl baton wake`, Ready within `wake_seconds` or retired again with a back-off."""
+
+    after_seconds: int = 900
+    wake_on_request: bool = True
+    wake_seconds: int = 45  # below the TypeScript SDK's 60 s request timeout
+
+
+# The bridge's endpoints beside spec.stdio.path (its contract, docs/stdio.md): reserved.
+BRIDGE_READY_PATH = "/baton/ready"  # 200 once the child answered the bridge's initialize
+BRIDGE_DRAIN_PATH = "/baton/drain"  # 200 when no call is in flight, else 503
+
+
+class Stdio(base.Model):
+    """spec.stdio: the container `container` runs an unmodified stdio MCP server (`command` +
+    `args`) behind Baton's bridge, which serves it over streamable HTTP on `port` at `path`."""
+
+    command: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    container: str | None = None  # None: the template's first container
+    port: int = 8080
+    path: str = "/mcp"
+    eof_seconds: int = 5  # after closing the child's stdin, before SIGTERM
+    term_seconds: int = 5  # after SIGTERM, before SIGKILL
+
+
 class ToolRuntimeSpec(base.Model):
     # The pod template stays a plain dict: it is the user's PodTemplateSpec, copied verbatim.
     template: dict[str, Any]
@@ -92,3 +120,77 @@ class ToolRuntimeSpec(base.Model):
     recovery: Recovery = pydantic.Field(default_factory=Recovery)
     handoff: Handoff = pydantic.Field(default_factory=Handoff)
     suspend: bool = False
+    idle: Idle | None = None  # None: never idled
+    stdio: Stdio | None = None
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _stdio_drains_by_the_bridge(cls, data: Any) -> Any:
+        # A stdio runtime's bridge counts the calls in flight: unless the user named a drain probe,
+        # the drain (and WhenIdle) asks the bridge's GET /baton/drain on its port.
+        if not isinstance(data, dict) or not isinstance(data.get("stdio"), dict):
+            return data
+        drain = data.get("drain")
+        drain = dict(drain) if isinstance(drain, dict) else {}
+        if drain.get("probe") is not None:
+            return data
+        port = data["stdio"].get("port", Stdio.model_fields["port"].default)
+        drain["probe"] = {"httpGet": {"path": BRIDGE_DRAIN_PATH, "port": port}}
+        return {**data, "drain": drain}
+
+    @pydantic.model_validator(mode="after")
+    def _stdio_fits_the_template(self) -> "ToolRuntimeSpec":
+        # What the CRD cannot check in CEL within its cost budget (the template's lists have no
+        # bound): refused here, so the runtime says it (Degraded InvalidSpec) and starts nothing.
+        problem = stdio_problem(self.template, self.stdio) if self.stdio is not None else None
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+
+# Names Baton gives its own parts of a stdio runtime's pod (baton.lifecycle.manifests).
+BRIDGE_VOLUME = "baton-bridge"
+BRIDGE_INIT_CONTAINER = "baton-bridge-install"
+BRIDGE_MOUNT = "/baton"
+BRIDGE_PORT_NAME = "mcp"
+
+
+def stdio_problem(template: dict[str, Any], stdio: Stdio) -> str | None:
+    """Why the pod template cannot take spec.stdio's bridge, naming the field; None if it can."""
+    raw = template.get("spec")
+    pod: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    containers = [c for c in pod.get("containers") or [] if isinstance(c, dict)]
+    if not containers:
+        return "spec.stdio needs a container in spec.template.spec.containers"
+    if stdio.container is None:
+        chosen = containers[0]
+    else:
+        found = [c for c in containers if c.get("name") == stdio.container]
+        if not found:
+            return f"spec.stdio.container {stdio.container!r} names no container of spec.template.spec.containers"
+        chosen = found[0]
+    where = f"spec.template.spec.containers[name={chosen.get('name')!r}]"
+    if chosen.get("command") or chosen.get("args"):
+        return f"spec.stdio.command replaces the stdio container's command and args: leave {where}.command and .args unset"
+    if chosen.get("readinessProbe"):
+        return (f"spec.stdio: {where}.readinessProbe must be unset: the bridge's (GET {BRIDGE_READY_PATH}) says Ready "
+                "once the child answered initialize")
+    for m in chosen.get("volumeMounts") or []:
+        if isinstance(m, dict) and str(m.get("mountPath") or "").rstrip("/") == BRIDGE_MOUNT:
+            return f"spec.stdio: {where}.volumeMounts mounts {m.get('mountPath')!r}, where the bridge is mounted"
+    for c in containers:
+        for p in c.get("ports") or []:
+            if not isinstance(p, dict):
+                continue
+            if p.get("containerPort") == stdio.port:
+                return (f"spec.stdio.port {stdio.port} is the bridge's: container {c.get('name')!r} declares it too "
+                        "in spec.template.spec.containers; choose another spec.stdio.port")
+            if p.get("name") == BRIDGE_PORT_NAME:
+                return (f"spec.stdio: container {c.get('name')!r} declares a port named {BRIDGE_PORT_NAME!r}, the "
+                        "bridge's port name; rename it in spec.template.spec.containers")
+    if any(isinstance(v, dict) and v.get("name") == BRIDGE_VOLUME for v in pod.get("volumes") or []):
+        return f"spec.stdio: the volume name {BRIDGE_VOLUME!r} is Baton's; rename yours in spec.template.spec.volumes"
+    if any(isinstance(c, dict) and c.get("name") == BRIDGE_INIT_CONTAINER for c in pod.get("initContainers") or []):
+        return (f"spec.stdio: the init container name {BRIDGE_INIT_CONTAINER!r} is Baton's; rename yours in "
+                "spec.template.spec.initContainers")
+    return None

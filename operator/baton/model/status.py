@@ -72,6 +72,11 @@ class Reason(str, enum.Enum):
     NOT_BLOCKED = "NotBlocked"  # RetirementBlocked=False
     FORCE_RETIRED = "ForceRetired"  # event: a person retired a pinned generation
     STALE_FORCE_RETIRE = "StaleForceRetire"  # event: a force-retire naming another generation
+    # Idle and wake (spec.idle). IDLE (above) is also Ready=False while idle.
+    WAKING = "Waking"  # Ready=False while the wake's pod starts; event: a wake began
+    WAKE_FAILED = "WakeFailed"  # Ready=False, Degraded=True: the wake missed spec.idle.wakeSeconds
+    WAKE_TIMEOUT = "WakeTimeout"  # Baton-Reason: the gateway's 503 to held calls past wakeSeconds
+    WOKEN = "Woken"  # event: the wake's generation is Ready
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
@@ -113,6 +118,8 @@ class Trigger(str, enum.Enum):
     RESUMED = "Resumed"
     DELETED = "Deleted"
     ORPHAN = "Orphan"
+    IDLE = "Idle"  # the retire of an idle generation (spec.idle): nothing is started after it
+    WAKE = "Wake"  # the create of an idle runtime's next generation, demanded by a call or a person
 
 
 class Outcome(str, enum.Enum):
@@ -126,6 +133,7 @@ class Outcome(str, enum.Enum):
     DELETED = "Deleted"
     LOST = "Lost"
     ORPHANED = "Orphaned"  # deleted with --cascade=orphan (or disowned mid-delete): the pod is left running
+    IDLED = "Idled"  # retired as idle (spec.idle): the runtime waits for a wake
 
 
 # A known value parses as its enum member, anything else stays a plain string (left to right).
@@ -249,6 +257,32 @@ class HistoryEntry(base.Model):
     sessions_to_rebind: int | None = None
 
 
+class WakeOutcome(str, enum.Enum):
+    WOKEN = "Woken"
+    FAILED = "Failed"
+
+
+WakeOutcomeValue = Annotated[Union[WakeOutcome, str], pydantic.Field(union_mode="left_to_right")]
+
+
+class LastWake(base.Model):
+    """The last wake of an idle runtime: when it was asked, when (and how fast) it served."""
+
+    requested_at: datetime.datetime
+    ready_at: datetime.datetime | None = None
+    seconds: float | None = None  # requested_at to ready_at (Woken) or to the miss (Failed)
+    outcome: WakeOutcomeValue | None = None  # None: under way
+    message: str | None = None
+
+
+class IdleStatus(base.Model):
+    """status.idle (spec.idle): `since` is set while the runtime is idle (no generation, none
+    started until a wake); the gateway reads it to hold calls as demand."""
+
+    since: datetime.datetime | None = None
+    last_wake: LastWake | None = None
+
+
 class PendingReset(base.Model):
     """A reset seen mid-transition: persisted, so its wait is bounded across replicas."""
 
@@ -275,6 +309,7 @@ class ToolRuntimeStatus(base.Model):
     retry: Retry | None = None
     pending_reset: PendingReset | None = None
     pending: PendingChange | None = None
+    idle: IdleStatus | None = None
     history: tuple[HistoryEntry, ...] = ()
     conditions: tuple[Condition, ...] = ()
 

@@ -34,8 +34,9 @@ def _sources_digest() -> str:
     return digest.hexdigest()[:16]
 
 
-@pytest.fixture(scope="session")
-def bridge_binary() -> pathlib.Path:
+def build_bridge() -> pathlib.Path:
+    """The static binary, built once per digest of bridge/'s sources (also used by
+    tests/integration/test_stdio_handoff.py, whose pods run it)."""
     go = shutil.which("go")
     if go is None:
         pytest.fail("go not on PATH: the bridge's tests build bridge/ (Go 1.26, the project's pinned toolchain)")
@@ -48,6 +49,11 @@ def bridge_binary() -> pathlib.Path:
                        cwd=BRIDGE_SRC, env=env, check=True, timeout=300)
         tmp.replace(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def bridge_binary() -> pathlib.Path:
+    return build_bridge()
 
 
 @dataclasses.dataclass

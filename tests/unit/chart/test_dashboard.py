@@ -20,7 +20,7 @@ SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",), 
 def _exported() -> set[str]:
     """Every series name a scrape can carry: the registry's, and those computed at scrape time."""
     families = [*metrics.REGISTRY.collect(),
-                *metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)]).collect(),
+                *metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)], idle=lambda: 1).collect(),
                 *metrics.QueueCollector(lambda: [1.0]).collect(), *metrics.MemoryLimitCollector().collect()]
     names: set[str] = set()
     for family in families:

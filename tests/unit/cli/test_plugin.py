@@ -379,7 +379,7 @@ def _complete(words: list[str]) -> list[str]:
 
 def test_bash_completion_offers_verbs_flags_and_formats() -> None:
     assert _complete([""]) == ["list", "status", "history", "reset", "force-recover", "suspend", "resume",
-                               "force-retire", "release", "completion", "version"]
+                               "force-retire", "wake", "release", "completion", "version"]
     assert _complete(["force-r"]) == ["force-recover", "force-retire"]
     assert _complete(["force-retire", "search", "--g"]) == ["--generation"]
     assert _complete(["suspend", "-n", "agents", "search", "--as"]) == ["--as", "--as-group"]

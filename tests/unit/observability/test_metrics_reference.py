@@ -35,7 +35,7 @@ def _registered() -> dict[str, tuple[str, tuple[str, ...]]]:
             if name.startswith("baton_"):
                 found[_scraped_name(name, kind)] = (kind, tuple(labelnames))
     # Families computed at scrape time: fed one runtime so that their labels show.
-    runtime = metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)])
+    runtime = metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)], idle=lambda: 1)
     queue = metrics.QueueCollector(lambda: [0.5])
     for family in [*runtime.collect(), *queue.collect(), *metrics.MemoryLimitCollector().collect()]:
         labels: list[str] = []
