@@ -58,11 +58,15 @@ def go_idle(
 ) -> transitions.Start | transitions.Wait | transitions.Nothing:
     """Between transitions, the serving generation as desired: RETIRE it (trigger Idle) once no
     call that counts came for afterSeconds (since it became Ready, too) and none is in flight or
-    held; else the seconds until that could be so. Nothing when it cannot go idle, or when the
-    activity is unknown (a replica could not be read: never idled on a guess)."""
+    held; else the seconds until that could be so. Nothing when it cannot go idle; when the
+    activity is unknown (a replica could not be read: never idled on a guess), a wait to ask again."""
     idle, current, activity = configured(o), o.status.current, o.activity
-    if idle is None or current is None or activity is None or _kept_awake(o, current, current_pod):
+    if idle is None or current is None or _kept_awake(o, current, current_pod):
         return transitions.Nothing()
+    if activity is None:
+        # Unknown: not idled on a guess, but asked again. A replica that died lapses and is then
+        # counted gone; nothing of its own (its Lease no longer changes) brings the runtime back.
+        return transitions.Wait(min(float(idle.after_seconds), BUSY_RECHECK_SECONDS))
     if activity.inflight > 0 or activity.held > 0:
         return transitions.Wait(min(float(idle.after_seconds), BUSY_RECHECK_SECONDS))
     quiet = activity.idle_seconds

@@ -114,7 +114,8 @@ def _claim(state: cm.ClaimState) -> cm.Claim:
 KEPT_AWAKE = [
     pytest.param(dict(activity=obs.Activity(idle_seconds=5000.0, inflight=1, held=0)), 30.0, id="call-in-flight"),
     pytest.param(dict(activity=obs.Activity(idle_seconds=5000.0, inflight=0, held=2)), 30.0, id="calls-held"),
-    pytest.param(dict(activity=None), None, id="activity-unknown"),
+    # Unknown (a replica unread): not idled, but asked again (nothing else brings it back before the resync).
+    pytest.param(dict(activity=None), 30.0, id="activity-unknown"),
     pytest.param(dict(claims=(_claim(cm.ClaimState.COMMITTED),)), None, id="claim-pins-the-generation"),
     pytest.param(dict(claims_known=False), None, id="claims-unreadable-fail-closed"),
     pytest.param(dict(annotations={names.ANN_KEEP_AWAKE: "true"}), None, id="keep-awake-annotation"),
