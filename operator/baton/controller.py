@@ -19,7 +19,7 @@ import asyncio
 import random
 import logging
 import time
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from baton import clock as clock_mod
 from baton import drainprobe, execute, exporter, metrics, probing, reconcile, sealing, triggers
@@ -32,6 +32,7 @@ from baton.k8s import runtimes as runtimes_api
 from baton.model import names, shardhash
 from baton.model import observed as observed_mod
 from baton.sharding import keeper as shard_keeper
+from baton.sharding import ranges as ranges_mod
 
 log = logging.getLogger("baton.runner")
 
@@ -133,7 +134,8 @@ class Controller:
             lambda old, new: triggers.on_gateway_pod(old, new, endpoint=snapshot.gateway_endpoint, routed=self._routed)))
         # A gateway replica that begins holding calls for an idle runtime lists it on its Lease:
         # that runtime's pass runs at once (the wake starts), not at the next resync.
-        v.gateway_leases.listeners.append(self._listener(wake_demanded))
+        v.gateway_leases.listeners.append(self._listener(
+            gateway_lease_trigger(self.gateways.demand_sightings, self.clock.monotonic)))
         if v.configmaps is not None:
             v.configmaps.listeners.append(self._listener(self.configs.on_config("ConfigMap")))
         if v.secrets is not None:
@@ -431,11 +433,30 @@ def is_idle(rt: dict[str, Any]) -> bool:
     return isinstance(idle, dict) and bool(idle.get("since"))
 
 
+def gateway_lease_trigger(sightings: ranges_mod.Sightings, monotonic: Callable[[], float]) -> triggers.Trigger:
+    """A gateway replica's Lease seen by the watch: recorded in `sightings` by this process's
+    clock (a write seen is what makes its demand believed: sealing.demanding), and the runtimes
+    it lists as demanded due at once (wake_demanded)."""
+    def trigger(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[Key, float]]:
+        if new is not None:
+            meta = new.get("metadata") or {}
+            name, uid, version = meta.get("name"), meta.get("uid"), meta.get("resourceVersion")
+            if name and uid and version:
+                sightings.observe(name=str(name), version=f"{uid}/{version}", now=monotonic())
+        return wake_demanded(old, new)
+    return trigger
+
+
 def wake_demanded(old: dict[str, Any] | None, new: dict[str, Any] | None) -> list[tuple[Key, float]]:
-    """A gateway Lease's change: the runtimes its ANN_WAKE_DEMAND lists now and did not before,
-    each due at once (one that stays listed was enqueued when it appeared)."""
-    added = gateways.wake_demand(new) - gateways.wake_demand(old)
-    return [((ns, name), 0.0) for ns, name in sorted(tuple(k.split("/", 1)) for k in added)]
+    """A gateway Lease written: the runtimes its ANN_WAKE_DEMAND lists, each due at once. Every
+    write, not only the one that added a runtime: a demand first seen before its replica was seen
+    writing (this process just started) is believed at the replica's next write (its renewal),
+    and that pass must run then. Demand lists only runtimes idle with calls held: few, briefly."""
+    if new is None or (old is not None and (old.get("metadata") or {}).get("resourceVersion")
+                       == (new.get("metadata") or {}).get("resourceVersion")):
+        return []
+    listed = gateways.wake_demand(new)
+    return [((ns, name), 0.0) for ns, name in sorted(tuple(k.split("/", 1)) for k in listed)]
 
 
 def _uid(rt: dict[str, Any]) -> str:

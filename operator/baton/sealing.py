@@ -153,9 +153,13 @@ def sessions_counted(counts: Sequence[gw.Counts]) -> int | None:
 
 def demanding(replicas: Sequence[gw.Replica], *, namespace: str, runtime: str) -> tuple[str, ...]:
     """The replicas (names, sorted) whose Lease lists the runtime as demanded. A lapsed one is
-    left out: its Lease stopped changing, so what it lists is not known to be true now."""
+    left out: its Lease stopped changing, so what it lists is not known to be true now; so is one
+    this process never saw write (after this process started, a killed replica's Lease is still
+    listed, live by first sight, with the demand it had: a live replica renews within a third of
+    its duration, and that write is seen)."""
     key = f"{namespace}/{runtime}"
-    return tuple(sorted(r.name for r in replicas if not r.lapsed and key in r.wake_demand))
+    return tuple(sorted(r.name for r in replicas
+                        if not r.lapsed and r.written_since_seen and key in r.wake_demand))
 
 
 def combined_activity(answers: Sequence[gw.Activity]) -> observed_mod.Activity | None:

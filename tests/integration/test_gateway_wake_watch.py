@@ -1,7 +1,9 @@
 """Issue 43 item 2: the operator watches the gateway replicas' registration Leases (label-selected,
-system namespace) and a runtime newly listed in a replica's wake-demand annotation is enqueued at
-once; the demand a pass reads comes from that view, live replicas only. Against the real API
-server: the views' informer as the operator runs it, the Lease written as a gateway writes it."""
+system namespace); each write of one that lists runtimes in its wake-demand annotation enqueues
+them at once; the demand a pass reads comes from that view, live replicas only, and only from a
+replica this operator saw write (a killed replica's Lease keeps its last demand). Against the real
+API server: the views' informer and the controller's trigger as the operator runs them, the Lease
+written as a gateway writes it."""
 from __future__ import annotations
 
 import asyncio
@@ -34,8 +36,10 @@ def test_a_runtime_newly_demanded_on_a_gateway_lease_is_enqueued_at_once(cluster
         views = views_mod.Views(namespaces=(namespace,), watch_configmaps=False, watch_secrets=False,
                                 system_namespace=namespace)
         due: list[tuple[tuple[str, str], float]] = []
-        views.gateway_leases.listeners.append(lambda old, new: due.extend(controller.wake_demanded(old, new)))
-        gateways = sealing.ApiGateways(namespace=namespace, clock=clock_mod.Clock(), leases=views.gateway_leases_listed)
+        clock = clock_mod.Clock()
+        gateways = sealing.ApiGateways(namespace=namespace, clock=clock, leases=views.gateway_leases_listed)
+        trigger = controller.gateway_lease_trigger(gateways.demand_sightings, clock.monotonic)
+        views.gateway_leases.listeners.append(lambda old, new: due.extend(trigger(old, new)))
         watch_api = api.Api(cluster.api_client.configuration, name="watch", pool_size=views.informer_count() + 2)
         views.start(watch_api)
         try:
@@ -47,18 +51,23 @@ def test_a_runtime_newly_demanded_on_a_gateway_lease_is_enqueued_at_once(cluster
 
             await until(lambda: views.gateway_leases_listed() is not None, "the gateway Leases listed")
             assert await gateways.wake_demand(namespace="ns", runtime="rt") == ()
-            # A replica begins holding calls for ns/rt: enqueued once.
+            # A Lease first seen with demand on it (as after an operator restart, a killed
+            # replica's leftover): enqueued, but its demand not believed: no write seen yet.
             await asyncio.to_thread(coordination.create_namespaced_lease, namespace, _lease("gw-a", demand=["ns/rt"]))
             await until(lambda: due, "ns/rt enqueued")
             assert due == [(("ns", "rt"), 0.0)]
-            assert await gateways.wake_demand(namespace="ns", runtime="rt") == ("gw-a",)
-            # A renewal that still lists it enqueues nothing more; a second runtime listed is enqueued.
+            assert await gateways.wake_demand(namespace="ns", runtime="rt") == ()
+            # Its replica writes it (a renewal): the demand is believed now, and due again.
             await asyncio.to_thread(coordination.patch_namespaced_lease, "gw-a", namespace,
                                     {"spec": {"renewTime": "2026-01-01T00:00:00.000000Z"}})
+            await until(lambda: len(due) >= 2, "ns/rt due again at the renewal")
+            assert due == [(("ns", "rt"), 0.0)] * 2
+            assert await gateways.wake_demand(namespace="ns", runtime="rt") == ("gw-a",)
+            # A second runtime listed: both due.
             await asyncio.to_thread(coordination.patch_namespaced_lease, "gw-a", namespace,
                                     {"metadata": {"annotations": {names.ANN_WAKE_DEMAND: json.dumps(["ns/rt", "ns/two"])}}})
-            await until(lambda: len(due) >= 2, "ns/two enqueued")
-            assert due == [(("ns", "rt"), 0.0), (("ns", "two"), 0.0)]
+            await until(lambda: len(due) >= 4, "ns/two enqueued")
+            assert due[2:] == [(("ns", "rt"), 0.0), (("ns", "two"), 0.0)]
             # A Lease without the gateway's label is not watched: its annotation wakes nothing.
             await asyncio.to_thread(coordination.create_namespaced_lease, namespace,
                                     _lease("not-a-gateway", demand=["ns/three"], labelled=False))
@@ -67,7 +76,7 @@ def test_a_runtime_newly_demanded_on_a_gateway_lease_is_enqueued_at_once(cluster
             await until(lambda: gateways.leases is not None and not any(
                 json.loads(((l.get("metadata") or {}).get("annotations") or {}).get(names.ANN_WAKE_DEMAND) or "[]")
                 for l in (views.gateway_leases_listed() or [])), "the demand removed from the view")
-            assert due == [(("ns", "rt"), 0.0), (("ns", "two"), 0.0)]
+            assert len(due) == 4, "neither the Lease without the label nor an empty demand enqueues"
             assert await gateways.wake_demand(namespace="ns", runtime="rt") == ()
             assert [l["metadata"]["name"] for l in views.gateway_leases_listed() or []] == ["gw-a"]
         finally:

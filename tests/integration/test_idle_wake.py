@@ -24,8 +24,9 @@ start from what the earlier ones left. Plane A (one operator, one gateway) holds
 
 Beyond the list: BUSY (a call that counts delays the idle by afterSeconds from it), RACE (a call
 arriving during the Idle retire itself wakes the runtime), PAIR after its gateway replica died
-(still goes idle: the dead replica's activity is asked again, not given up on), and a known bug
-marked xfail (a restarted operator wakes an idle runtime from a dead replica's stale demand).
+(still goes idle: the dead replica's activity is asked again, not given up on), and a restarted
+operator that does not wake an idle runtime from a dead replica's stale demand (it believes a
+replica's demand only once it saw that replica write its Lease: sealing.demanding).
 
 afterSeconds' floor (60 s, the CRD's; no setting lowers it) is paid once: the whole file runs in
 about 3.5 minutes, of which ~70 s is that shared wait.
@@ -599,8 +600,8 @@ def test_a_runtime_still_goes_idle_after_a_gateway_replica_was_killed(plane_b: P
     read its activity at the moment it died (unknown: never idled on a guess), then its Lease
     lapses and its refused answers count it gone: PAIR goes idle on gw-b's count alone.
 
-    (The known bug of the next test may wake PAIR again right after from gw-a's stale demand; its
-    template is still never-Ready here, so such a wake fails and PAIR stays idle, podless.)"""
+    (gw-a's Lease keeps the demand it had when it was killed: the next test proves it wakes
+    nothing.)"""
     t0 = time.monotonic()
     plane_b.wait_idle(PAIR)
     print(f"{PAIR}: idle again {time.monotonic() - plane_b.ready_at[PAIR]:.1f}s after generation 2 was Ready "
@@ -608,14 +609,10 @@ def test_a_runtime_still_goes_idle_after_a_gateway_replica_was_killed(plane_b: P
 
 
 class StaleDemandWoke(AssertionError):
-    """The known bug test_a_killed_replicas_demand... marks: only this failure is expected."""
+    """An idle runtime woken by a dead replica's demand (it failed so before sealing.demanding
+    believed only replicas seen writing)."""
 
 
-@pytest.mark.xfail(strict=True, raises=StaleDemandWoke, reason=(
-    "an operator reads a dead gateway replica's Lease as live when it first sees its last version "
-    "(operator/baton/k8s/gateways.py live_replicas; for demand, sealing.ApiGateways.wake_demand sights "
-    "Leases only in passes of idle runtimes) and its stale baton.dev/wake-demand as a call held now "
-    "(sealing.demanding): after a restart always, without one when that version was not sighted before"))
 def test_a_killed_replicas_demand_left_on_its_lease_does_not_wake_an_idle_runtime_after_an_operator_restart(
         plane_b: Plane) -> None:
     """After the previous tests: gw-a was killed while it held calls, so its Lease (never deleted,

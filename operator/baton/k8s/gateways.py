@@ -83,6 +83,9 @@ class Replica:
     lapsed: bool = False
     # The idle runtimes ("namespace/name") it holds calls for now: its Lease's ANN_WAKE_DEMAND.
     wake_demand: frozenset[str] = frozenset()
+    # This process saw the Lease change (its replica wrote it while this process watched): only
+    # then is its wake demand believed (a SIGKILLed replica's Lease keeps its last demand forever).
+    written_since_seen: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +162,7 @@ def live_replicas(leases: list[dict[str, Any]], *, sightings: ranges.Sightings, 
         unchanged_for = sightings.observe(name=str(name), version=f"{uid}/{version}", now=now)
         if unchanged_for < duration + static_seconds(lease):
             out.append(Replica(name=str(name), admin=str(admin), uid=str(uid), lapsed=unchanged_for >= duration,
-                               wake_demand=wake_demand(lease)))
+                               wake_demand=wake_demand(lease), written_since_seen=sightings.changed(str(name))))
     sightings.forget_except(str((lz.get("metadata") or {}).get("name")) for lz in leases)
     return sorted(out, key=lambda r: r.name)
 

@@ -104,16 +104,25 @@ class Sightings:
 
     def __init__(self) -> None:
         self._seen: dict[str, tuple[str, float]] = {}
+        self._changed: set[str] = set()  # Leases this replica saw change (written while it watched)
 
     def observe(self, *, name: str, version: str, now: float) -> float:
         """Record a sighting; returns how long (seconds) this version has been seen unchanged."""
         last = self._seen.get(name)
         if last is None or last[0] != version:
+            if last is not None:
+                self._changed.add(name)
             self._seen[name] = (version, now)
             return 0.0
         return now - last[1]
+
+    def changed(self, name: str) -> bool:
+        """Whether this replica saw the Lease change: its writer wrote since this replica first
+        saw it (a Lease only ever seen at one version may be a dead writer's leftover)."""
+        return name in self._changed
 
     def forget_except(self, names: Iterable[str]) -> None:
         keep = set(names)
         for name in [n for n in self._seen if n not in keep]:
             del self._seen[name]
+            self._changed.discard(name)

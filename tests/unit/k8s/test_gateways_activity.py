@@ -112,13 +112,18 @@ def test_the_wake_demand_annotation_is_read_and_a_malformed_one_is_none() -> Non
     assert len(gw.wake_demand(lease("a", demand=many))) == names.WAKE_DEMAND_MAX
 
 
-def test_only_live_replicas_that_list_the_runtime_demand_its_wake() -> None:
+def test_only_live_replicas_seen_writing_that_list_the_runtime_demand_its_wake() -> None:
     sightings = ranges.Sightings()
     leases = [lease("a", demand=["ns/rt"]), lease("b", demand=["ns/other"]), lease("c", demand=["ns/rt"])]
     live = gw.live_replicas(leases, sightings=sightings, now=0.0)
+    # First sight (this process just started): a killed replica's Lease keeps its last demand,
+    # so none is believed before its replica is seen writing.
+    assert sealing.demanding(live, namespace="ns", runtime="rt") == ()
+    leases = [lease("a", demand=["ns/rt"], version="2"), leases[1], lease("c", demand=["ns/rt"], version="2")]
+    live = gw.live_replicas(leases, sightings=sightings, now=3.0)
     assert sealing.demanding(live, namespace="ns", runtime="rt") == ("a", "c")
     # c stops renewing: lapsed past its duration (no static window), then not listed at all.
-    leases = [lease("a", demand=["ns/rt"], version="2"), leases[1], leases[2]]
+    leases = [lease("a", demand=["ns/rt"], version="3"), leases[1], leases[2]]
     live = gw.live_replicas(leases, sightings=sightings, now=20.0)
     assert sealing.demanding(live, namespace="ns", runtime="rt") == ("a",)
     # A lapsed replica (within its static window) forwards, but what it lists is not known now.
@@ -246,9 +251,11 @@ def test_the_api_gateways_read_the_demand_from_the_watched_view() -> None:
     clock = clock_mod.Manual(b.NOW)
     view: list[dict[str, Any]] = [lease("a", demand=["ns/rt"]), lease("b", demand=[])]
     api = sealing.ApiGateways(namespace="baton-system", clock=clock, leases=lambda: view)
+    assert asyncio.run(api.wake_demand(namespace="ns", runtime="rt")) == (), "not seen writing yet"
+    view[0] = lease("a", demand=["ns/rt"], version="2")  # its renewal
     assert asyncio.run(api.wake_demand(namespace="ns", runtime="rt")) == ("a",)
     # a stops renewing (its Lease unchanged past its duration): its demand is no longer believed.
     clock.t = 20.0
     assert asyncio.run(api.wake_demand(namespace="ns", runtime="rt")) == ()
-    view[0] = lease("a", demand=["ns/rt"], version="2")
+    view[0] = lease("a", demand=["ns/rt"], version="3")
     assert asyncio.run(api.wake_demand(namespace="ns", runtime="rt")) == ("a",)
