@@ -16,7 +16,8 @@ t0=$SECONDS
 # The stdio bridge's Go unit tests (seconds; tests/unit/bridge builds and drives the binary).
 (cd bridge && go test ./...)
 grc=$?
-"$PY" -m pytest tests --ignore=tests/e2e "$@"
+# The slowest tests named in the log: where CI's time goes (its budget is 50 min warm).
+"$PY" -m pytest tests --ignore=tests/e2e --durations=40 "$@"
 rc=$?
 if [[ $grc -ne 0 ]]; then
   echo "test.sh: go test in bridge/ failed" >&2
@@ -31,7 +32,7 @@ if [[ $brc -ne 0 ]]; then
   echo "test.sh: the kind build failed: tests/e2e not run" >&2
   exit 1
 fi
-"$PY" -m pytest tests/e2e "$@"
+"$PY" -m pytest tests/e2e --durations=15 "$@"
 erc=$?
 # pytest's 5 (nothing collected) would only mean tests/e2e is empty: a failure too.
 if [[ $rc -ne 0 || $erc -ne 0 ]]; then
