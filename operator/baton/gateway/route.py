@@ -45,7 +45,7 @@ class Reason(str, enum.Enum):
     # Idle runtimes (baton.gateway.idle; the same strings as the model's reasons, issue 43):
     IDLE = "Idle"  # 503 at once: ping or no JSON-RPC request for an idle runtime (no wake)
     WAKE_TIMEOUT = "WakeTimeout"  # 503: held for a wake past spec.idle.wakeSeconds
-    WAKE_FAILED = "WakeFailed"  # 503 at once: a failed wake's back-off (status.retry.notBefore) runs
+    WAKE_FAILED = "WakeFailed"  # 503 at once: a missed wake is retired, then its back-off (status.retry.notBefore) runs
 
 
 STATUS = {
@@ -342,10 +342,15 @@ def decide(
     transition = status.get("transition") or {}
     degraded = _cond(runtime, "Degraded") or {}
     failed = str(degraded.get("reason") or "") if degraded.get("status") == "True" else ""
-    if transition.get("trigger") == Reason.CONNECT_TIMEOUT.value and transition.get("kind") == "Retire":
+    if (transition.get("trigger") == Reason.CONNECT_TIMEOUT.value and transition.get("kind") == "Retire"
+            and failed != Reason.WAKE_FAILED.value):
         failed = Reason.CONNECT_TIMEOUT.value
     if failed in (Reason.CONNECT_TIMEOUT.value, Reason.POD_REJECTED.value):
         return Refuse(Reason(failed), 10, str(degraded.get("message") or failed), generation)
+    if failed == Reason.WAKE_FAILED.value and transition.get("trigger") == Reason.CONNECT_TIMEOUT.value:
+        # A missed wake being retired: said as the back-off after it says it (idle.since and the
+        # back-off are written once its pod is gone), not as ConnectTimeout.
+        return Refuse(Reason.WAKE_FAILED, 10, str(degraded.get("message") or failed), generation)
     if since is not None:
         return Hold(f"the runtime is idle since {since}: waking it", wake_seconds=idle.wake_seconds(runtime))
     if transition:

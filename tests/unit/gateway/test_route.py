@@ -185,6 +185,14 @@ def test_address_outside_the_allowed_cidrs_is_refused() -> None:
         {"type": "Degraded", "status": "True", "reason": "PodRejected", "message": "quota"}]), route.Reason.POD_REJECTED),
     (runtime(status__current=None, status__transition={"kind": "Retire", "trigger": "ConnectTimeout", "step": "Draining", "fromUid": "u2"}),
      route.Reason.CONNECT_TIMEOUT),
+    # A missed wake being retired (idle.since is written once the pod is gone): the caller is
+    # told the wake failed, as during the back-off that follows, not ConnectTimeout.
+    (runtime(status__current=None, spec__idle={"afterSeconds": 60, "wakeSeconds": 20},
+             status__transition={"kind": "Retire", "trigger": "ConnectTimeout", "step": "Draining", "fromUid": "u2"},
+             status__conditions=[{"type": "Ready", "status": "False", "reason": "WakeFailed"},
+                                 {"type": "Degraded", "status": "True", "reason": "WakeFailed",
+                                  "message": "generation 3 not Ready within spec.idle.wakeSeconds=20"}]),
+     route.Reason.WAKE_FAILED),
 ])
 def test_refused_at_once(rt: dict[str, Any], reason: route.Reason) -> None:
     d = decide(rt, [pod()])
