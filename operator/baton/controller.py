@@ -22,7 +22,7 @@ import time
 from typing import Any, Callable, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, exporter, metrics, probing, reconcile, sealing, triggers
+from baton import drainprobe, execute, exporter, hookcall, hooking, metrics, probing, reconcile, sealing, triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
@@ -64,6 +64,8 @@ class Controller:
         self.probes = probing.Probes(
             prober=drainprobe.Prober(allowed=settings.probe_allowed), concurrency=settings.probe_concurrency,
             clock=clock, wake=lambda key: self.wake(*key))
+        self.hooks = hooking.Hooks(caller=hookcall.Caller(allowed=settings.probe_allowed),  # spec.hooks, the same way
+                                   concurrency=settings.probe_concurrency, clock=clock, wake=lambda key: self.wake(*key))
         self.gateways = sealing.ApiGateways(namespace=settings.system_namespace, clock=clock,
                                             admin_key_file=settings.gateway_admin_key_file,
                                             leases=self.views.gateway_leases_listed)
@@ -71,7 +73,7 @@ class Controller:
             identity=settings.identity, lease_seconds=settings.lease_seconds,
             backoff_base_seconds=settings.backoff_base_seconds, views=self.views, executor=self.executor,
             probes=self.probes, clock=clock, configs=self.configs,
-            gateways=self.gateways, bridge_image=settings.image,
+            gateways=self.gateways, bridge_image=settings.image, hooks=self.hooks,
         )
         # One replica of the installation reports the per-runtime series (baton.exporter).
         self.exporter = exporter.Exporter(
@@ -399,6 +401,7 @@ class Controller:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.exporter.release()
         await self.probes.close()
+        await self.hooks.close()
         await self.gateways.close()
         if held:
             log.warning("%d runtimes still held after the shutdown grace", len(held))

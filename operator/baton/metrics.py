@@ -132,6 +132,16 @@ WAKE_SECONDS = prometheus_client.Histogram(
     "baton_wake_seconds", "Wake latency of the wakes that served: from the demand to the new generation Ready.",
     buckets=(0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 300, 600), registry=REGISTRY,
 )
+# Hooks around a handoff (spec.hooks; issue 45): every hook's end, and how long it took (its
+# call, and a gate's wait: seconds to minutes).
+HOOK_RUNS = prometheus_client.Counter(
+    "baton_hook_runs_total", "Hooks (spec.hooks) that ended, by hook (preRetire, postReady) and outcome (Succeeded, "
+    "Failed: a Fail hook that holds its step, Ignored, ForceRecovered).", ["hook", "outcome"], registry=REGISTRY,
+)
+HOOK_SECONDS = prometheus_client.Histogram(
+    "baton_hook_seconds", "Seconds from a hook's start to its end (its call and its gate), by hook.", ["hook"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800), registry=REGISTRY,
+)
 QUEUE_DEPTH = prometheus_client.Gauge(
     "baton_queue_depth", "Runtimes waiting in the work queue for a worker (not counting timed wake-ups).",
     registry=REGISTRY,
@@ -317,14 +327,19 @@ SHARD_RANGE_MOVES = prometheus_client.Counter(
 KNOWN_LABELS: tuple[tuple[Any, str, tuple[str, ...]], ...] = (
     (HANDOFFS, "outcome", tuple(o.value for o in status_mod.Outcome)),
     (TRANSITIONS, "kind", tuple(k.value for k in status_mod.TransitionKind)),
-    (CLEANUP_FAILURES, "reason", (status_mod.Reason.DELETE_REJECTED.value, status_mod.Reason.POD_STUCK_TERMINATING.value)),
-    (STALE_VERBS, "verb", ("reset", "force-recovery", "force-retire")),
+    (CLEANUP_FAILURES, "reason", (status_mod.Reason.DELETE_REJECTED.value, status_mod.Reason.POD_STUCK_TERMINATING.value,
+                                  status_mod.Reason.HOOK_FAILED.value)),
+    (STALE_VERBS, "verb", ("reset", "force-recovery", "force-retire", "retry-hook")),
     (SHARD_RANGE_MOVES, "move", ("taken", "handed_back", "lost")),
     (WAKES, "outcome", tuple(o.value.lower() for o in status_mod.WakeOutcome)),
 )
 for _series, _label, _values in KNOWN_LABELS:
     for _value in _values:
         _series.labels(**{_label: _value})
+for _hook in status_mod.HookName:
+    HOOK_SECONDS.labels(hook=_hook.value)
+    for _outcome in status_mod.HookOutcome:
+        HOOK_RUNS.labels(hook=_hook.value, outcome=_outcome.value)
 
 # What decide() asks to record (plan.Record), by metric: the series, and whether it takes labels.
 _RECORDED: dict[plan.Metric, tuple[Any, bool]] = {
@@ -343,9 +358,11 @@ _RECORDED: dict[plan.Metric, tuple[Any, bool]] = {
     plan.Metric.FORCE_RETIRES: (FORCE_RETIRES, False),
     plan.Metric.WAKES: (WAKES, True),
     plan.Metric.WAKE_SECONDS: (WAKE_SECONDS, False),
+    plan.Metric.HOOK_RUNS: (HOOK_RUNS, True),
+    plan.Metric.HOOK_SECONDS: (HOOK_SECONDS, True),
 }
 # The histograms among them observe the value; the counters count one.
-_OBSERVED = frozenset({plan.Metric.STEP_DURATION, plan.Metric.WAKE_SECONDS})
+_OBSERVED = frozenset({plan.Metric.STEP_DURATION, plan.Metric.WAKE_SECONDS, plan.Metric.HOOK_SECONDS})
 # Label values written in lower case on the series (the status says Woken/Failed; the alert
 # contract says woken/failed).
 _LOWERED = frozenset({plan.Metric.WAKES})

@@ -15,7 +15,7 @@ import typing
 from typing import Callable
 
 from baton import clock as clock_mod
-from baton import execute, lifecycle, metrics, probing, sealing, triggers
+from baton import execute, hooking, lifecycle, metrics, probing, sealing, triggers
 from baton.cache import snapshot
 from baton.cache import views as views_mod
 from baton.lifecycle import manifests, plan
@@ -91,7 +91,7 @@ class Reconciler:
     def __init__(
         self, *, identity: str, lease_seconds: int, backoff_base_seconds: float, views: views_mod.Views,
         executor: execute.Executor, probes: probing.Probes, clock: clock_mod.Clock, configs: triggers.ConfigIndex,
-        gateways: sealing.Gateways | None = None, bridge_image: str = "",
+        gateways: sealing.Gateways | None = None, bridge_image: str = "", hooks: hooking.Hooks | None = None,
     ) -> None:
         self.identity = identity
         self.lease_seconds = lease_seconds
@@ -100,6 +100,7 @@ class Reconciler:
         self.views = views
         self.executor = executor
         self.probes = probes
+        self.hooks = hooks  # spec.hooks' calls (None: hooks are never called; their runs time out)
         self.gateways = gateways
         self.clock = clock
         self.configs = configs
@@ -139,6 +140,8 @@ class Reconciler:
         # Never waits for a probe: a due one is started apart, its answer wakes the runtime again.
         snap.observed = o = probing.observe(snap, key=key, probes=self.probes, holds=leases.holds(key), clock=self.clock)
         memory.idle_checked_at = o.idle_checked_at
+        if self.hooks is not None:
+            snap.observed = o = hooking.observe(snap, key=key, hooks=self.hooks, holds=leases.holds(key), clock=self.clock)
         snap.observed = o = await sealing.observe(o, gateways=self.gateways, holds=leases.holds(key))
         t = o.status.transition
         b = o.spec.budgets
@@ -183,6 +186,8 @@ class Reconciler:
     def forget(self, key: Key) -> None:
         self.executor.leases.drop(key)
         self.probes.forget(key)
+        if self.hooks is not None:
+            self.hooks.forget(key)
         self.memories.pop(key, None)
         self.last_status.pop(key, None)
         self.configs.update(key, [])

@@ -54,7 +54,7 @@ def test_rendered_rules_are_valid(rules_dir: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     print(proc.stdout + proc.stderr)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 15 rules found" in proc.stdout
+    assert "SUCCESS: 16 rules found" in proc.stdout
 
 
 def test_alert_unit_tests_pass(rules_dir: Path) -> None:

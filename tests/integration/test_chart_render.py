@@ -403,7 +403,7 @@ EXPECTED_ALERTS = {"BatonCleanupFailedHeld", "BatonTransitionStuck", "BatonForce
                    "BatonLeaseConflictsRising", "BatonOperatorDown", "BatonDrainIncompleteRising",
                    "BatonRetirementBlocked", "BatonRuntimeNotReady", "BatonRuntimeDegraded",
                    "BatonOperatorMemoryNearLimit", "BatonApiErrorRatioHigh", "BatonWatchErrorsRising",
-                   "BatonPassesCrashing", "BatonGatewayRefusingCalls", "BatonWakeFailing"}
+                   "BatonPassesCrashing", "BatonGatewayRefusingCalls", "BatonWakeFailing", "BatonHookFailed"}
 
 
 def test_every_alert_has_summary_description_and_a_runbook_section() -> None:

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import pydantic
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, probing, reconcile, triggers
+from baton import drainprobe, execute, hookcall, hooking, probing, reconcile, triggers
 from baton import faults as faults_mod
 from baton.cache import informer
 from baton.cache import snapshot
@@ -153,6 +153,10 @@ class Server:
         self.delay_next: set[str] = set()  # "create" | "status" | "delete": hold the next such request
         self.kubelet_broken = False  # new pods never become Ready
         self.tool_busy = False  # the drain probe never says idle
+        # spec.hooks (issue 45): the hook receiver answers 2xx (hook_ok) or 500; every call it got:
+        # (generation, fencing token, hook, answered 2xx).
+        self.hook_ok = True
+        self.hook_calls: list[tuple[int, int, str, bool]] = []
         self.senders: dict[str, Replica] = {}
         self.sender: str | None = None  # who is sending now
         self.delivering = False  # applying a held request (late): the API server's fences only
@@ -623,6 +627,12 @@ class Server:
             failure = old.last_cleanup_failure
             fuid = failure.uid if failure else None
             forced = new.transition is not None and new.transition.forced and new.transition.from_uid == fuid
+            # A failed preRetire hook (issue 45) is resolved by the hook's end: a retry that
+            # succeeded, or a person's force recovery, recorded in the transition's hooks.
+            forced = forced or (failure is not None and failure.reason == status_mod.Reason.HOOK_FAILED.value
+                                and new.transition is not None and any(
+                                    r.hook == status_mod.HookName.PRE_RETIRE.value and r.outcome != status_mod.HookOutcome.FAILED.value
+                                    for r in new.transition.hooks))
             if fuid is not None and fuid not in self.gone_uids and not forced:
                 self.violation(f"CleanupFailed cleared ({now.reason if now else 'removed'}) while pod uid {fuid} "
                                "still exists and no force recovery was recorded")
@@ -1042,6 +1052,20 @@ class ToolProber:
         return drainprobe.Result(idle=idle, error=None if idle else "HTTP 503")
 
 
+class HookCaller:
+    """The hook receiver (spec.hooks' httpPost): records each call with its fence, answers 200
+    while the server says hook_ok, else 500."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    async def call(self, *, pod: dict[str, Any], post: Any, fence: hookcall.Fence, timeout: float,
+                   timeout_seconds: int) -> hookcall.Result:
+        ok = self.server.hook_ok
+        self.server.hook_calls.append((fence.generation, fence.fencing_token, fence.hook, ok))
+        return hookcall.Result(ok, "answered 200" if ok else "answered 500")
+
+
 LOOP = asyncio.new_event_loop()
 _TASKS_STARTED: list[asyncio.Task[Any]] = []  # tasks a coroutine started (asyncio.all_tasks was a scan per call)
 
@@ -1097,10 +1121,13 @@ class Replica:
         self.probe_woken = False
         self.probes = probing.Probes(prober=ToolProber(self.server), concurrency=64, clock=self.clock,
                                      wake=self._probe_answered)
+        # spec.hooks: the real runner, its calls answered by the server's hook receiver.
+        self.hooks = hooking.Hooks(caller=HookCaller(self.server), concurrency=64, clock=self.clock,
+                                   wake=self._probe_answered)
         self.reconciler = reconcile.Reconciler(
             identity=self.identity, lease_seconds=LEASE_SECONDS, backoff_base_seconds=5.0, views=self.views,
             executor=self.executor, probes=self.probes, clock=self.clock, configs=triggers.ConfigIndex(),
-            gateways=SimGateways(self.server))
+            gateways=SimGateways(self.server), hooks=self.hooks)
         self.cursor = 0
         self.lagging = False
         # One watch stream behind the others (each kind is its own stream in a cluster): its
@@ -1148,6 +1175,8 @@ class Replica:
             answer = LOOP.run_until_complete(coro)
             if self.probes.flights:
                 LOOP.run_until_complete(self.probes.settle())
+            if self.hooks.flights:
+                LOOP.run_until_complete(self.hooks.settle())
             # The executor posts events from a task of its own: let it post this call's (most
             # calls post none, and a loop pass per call was a tenth of the model's time).
             if self.executor.events.sending():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import re
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from baton import lifecycle
+from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.model import names, shardhash
 from baton.model import observed as obs
@@ -141,7 +143,11 @@ class NewPod(Expectation):
             "apiVersion": "baton.dev/v1alpha1", "kind": "ToolRuntime", "name": b.RT, "uid": b.RT_UID,
             "controller": True, "blockOwnerDeletion": True,
         }]
-        assert m["spec"] == b.TEMPLATE["spec"]
+        # The template's spec, and the fence handed to every container (docs/hooks.md).
+        spec = copy.deepcopy(b.TEMPLATE["spec"])
+        for c in spec["containers"]:
+            c["env"] = [*(c.get("env") or []), *mf.fence_env(namespace=b.NS, runtime=b.RT)]
+        assert m["spec"] == spec
 
 
 def kind_of(e: Any) -> str:

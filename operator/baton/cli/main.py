@@ -1,5 +1,5 @@
 """kubectl-baton: the `kubectl baton` plugin (list, status, history, reset, force-recover, suspend,
-resume, force-retire, wake, release, completion, version).
+resume, force-retire, retry, wake, release, completion, version).
 
 A separate program from the operator: it reads and annotates ToolRuntimes through the API server
 with the user's kubeconfig, and the operator does the work. It follows kubectl's conventions (and
@@ -92,6 +92,13 @@ VERBS: dict[str, tuple[Callable[[argparse.Namespace, cluster.Cluster, verbs.Io],
                      "refused here, and by the operator as stale. The consumers that pinned it lose it.\n"
                      "Without the plugin: kubectl annotate trt NAME baton.dev/force-retire=N\n\n"
                      "examples:\n  kubectl baton force-retire search-mcp --generation 3 -n agents"),
+    "retry": (verbs.run_retry, f"run a failed hook again (annotates {names.ANN_RETRY_HOOK} with its generation)",
+              "Only while a hook with failurePolicy Fail holds the toolruntime: CleanupFailed=True\n"
+              "(preRetire) or Degraded=True (postReady), reason HookFailed. The generation is read\n"
+              "from status; the operator runs the hook again and removes the annotation. To retire\n"
+              "past a failed preRetire hook instead: kubectl baton force-recover. docs/hooks.md.\n"
+              "Without the plugin: kubectl annotate trt NAME baton.dev/retry-hook=N\n\n"
+              "examples:\n  kubectl baton retry search-mcp -n agents"),
     "wake": (verbs.run_wake, f"wake an idle toolruntime now (annotates {names.ANN_WAKE} with the time)",
              "Only for a toolruntime with spec.idle; one that is not idle: says so, writes nothing.\n"
              "The operator starts the generation as a call would (fenced as every start): Ready within\n"

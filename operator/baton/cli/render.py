@@ -116,6 +116,8 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
         calls = t.get("gatewayCalls")
         if isinstance(calls, dict) and t.get("step") in ("StoppingAdmission", "Draining"):
             lines.append(f"    gateway calls: {gateway_calls_text(calls, t)}")
+        if isinstance(t.get("hook"), dict):
+            lines.append(f"    hook: {hook_run_text(t['hook'], name=metadata['name'], now=now)}")
         if t.get("drainNote"):
             # What the drain did not do (calls still in flight at the gateway when drainSeconds ran
             # out, or nothing counted them), as the operator recorded it for the history entry.
@@ -132,6 +134,9 @@ def status_text(rt: Mapping[str, Any], *, now: datetime.datetime) -> str:
     if history and history[-1].get("message"):
         last = history[-1]
         lines.append(f"  last retired: generation {last.get('generation')} ({last.get('outcome')}): {last['message']}")
+    for entry, what in ((history[-1] if history else None, "last retired"), (status.get("current"), "current")):
+        if isinstance(entry, dict) and hooks_text(entry.get("hooks")):
+            lines.append(f"  hooks of generation {entry.get('generation')} ({what}): {hooks_text(entry.get('hooks'))}")
     if history:
         shown = sessions_text(history[-1], spec.get("service") or {})
         if shown:
@@ -177,6 +182,45 @@ def idle_lines(idle_spec: Any, idle_status: Any, *, now: datetime.datetime) -> l
             text += f": {wake['message']}"
         lines.append(text)
     return lines
+
+
+def _seconds(value: Any) -> str:
+    return f"{value:.1f}s" if isinstance(value, (int, float)) and not isinstance(value, bool) else "?s"
+
+
+def hook_run_text(run: Mapping[str, Any], *, name: str, now: datetime.datetime) -> str:
+    """status.transition.hook as a line: "preRetire of generation 7: running since ... (attempt
+    1)", or its outcome once known: "preRetire of generation 7: Failed (attempt 2): HTTP 500 ...;
+    held: `kubectl baton retry NAME` runs it again, ..."."""
+    attempt = run.get("attempts") or 1
+    what = f"{run.get('hook')} of generation {run.get('generation')}"
+    outcome = run.get("outcome")
+    if not outcome:
+        return f"{what}: running since {_ago(run.get('startedAt'), now)} (attempt {attempt})"
+    text = f"{what}: {outcome} (attempt {attempt})" + (f": {run['message']}" if run.get("message") else "")
+    if outcome == "Failed":
+        text += f"; held: `kubectl baton retry {name}` runs it again" + (
+            f", `kubectl baton force-recover {name}` retires without it" if run.get("hook") == "preRetire" else "")
+    return text
+
+
+def hooks_text(records: Any) -> str:
+    """A history entry's hooks as a line: "postReady Ignored in 1.2s (2 attempts): HTTP 500;
+    preRetire Succeeded in 0.4s"; empty when it has none."""
+    if not isinstance(records, list):
+        return ""
+    shown = []
+    for r in records:
+        if not isinstance(r, dict):
+            continue
+        text = f"{r.get('hook')} {r.get('outcome')} in {_seconds(r.get('seconds'))}"
+        attempts = r.get("attempts")
+        if isinstance(attempts, int) and not isinstance(attempts, bool) and attempts > 1:
+            text += f" ({attempts} attempts)"
+        if r.get("message"):
+            text += f": {r['message']}"
+        shown.append(text)
+    return "; ".join(shown)
 
 
 def sessions_text(entry: Mapping[str, Any], service: Mapping[str, Any]) -> str:

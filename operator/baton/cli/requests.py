@@ -1,4 +1,4 @@
-"""The requests the plugin writes (reset, force-recover, force-retire, suspend, resume, release, wake) and
+"""The requests the plugin writes (reset, force-recover, force-retire, retry, suspend, resume, release, wake) and
 when it refuses them; the confirmation; kubectl's duration flag.
 
 Pure: the rules read the ToolRuntime as fetched and return the annotation to write, or raise
@@ -89,6 +89,52 @@ def force_retire_request(rt: Mapping[str, Any], *, generation: int) -> Request:
                    f"toolruntime/{name}: force-retire of generation {generation} requested "
                    f"({'RetirementBlocked' if blocked else 'AwaitingPinRelease'}): it retires past its pins, "
                    "recorded in its history")
+
+
+def failed_hook(rt: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The failed hook that holds the runtime (docs/hooks.md), as status says it: {hook,
+    generation, message, attempts, condition}; None when none does. A Fail hook's failure is
+    CleanupFailed=True (preRetire) or Degraded=True (postReady) with reason HookFailed, and
+    status.transition.hook names the run (its outcome Failed)."""
+    status = rt.get("status") or {}
+    t = status.get("transition") or {}
+    run: dict[str, Any] = t["hook"] if isinstance(t.get("hook"), dict) else {}
+    for kind, hook in (("CleanupFailed", "preRetire"), ("Degraded", "postReady")):
+        cond = render.condition(rt, kind)
+        if cond.get("status") != "True" or cond.get("reason") != "HookFailed":
+            continue
+        if run.get("hook") == hook and run.get("outcome") == "Failed" and _integer(run.get("generation")):
+            return {"hook": hook, "generation": int(run["generation"]), "message": run.get("message") or "",
+                    "attempts": run.get("attempts"), "condition": kind}
+    return None
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def retry_hook_request(rt: Mapping[str, Any]) -> Request:
+    """The operator runs a failed hook again for baton.dev/retry-hook naming its generation and
+    refuses (removes, with an event) any other value: check here first, so none is ever written
+    when no hook failed."""
+    name = rt["metadata"]["name"]
+    failed = failed_hook(rt)
+    if failed is None:
+        t = (rt.get("status") or {}).get("transition") or {}
+        run: dict[str, Any] = t["hook"] if isinstance(t.get("hook"), dict) else {}
+        if run and not run.get("outcome"):
+            why = (f"its {run.get('hook')} hook of generation {run.get('generation')} is running "
+                   f"(attempt {run.get('attempts') or 1}), not failed")
+        else:
+            conds = ", ".join(f"{k}={render.condition(rt, k).get('status', 'Unknown')} "
+                              f"({render.condition(rt, k).get('reason', '-')})" for k in ("CleanupFailed", "Degraded"))
+            why = f"no hook failed ({conds})"
+        raise Refused(f"toolruntime {name!r} has no failed hook to retry: {why}")
+    gen, hook = failed["generation"], failed["hook"]
+    said = f": it answered {failed['message']}" if failed["message"] else ""
+    return Request(names.ANN_RETRY_HOOK, gen,
+                   f"toolruntime/{name}: retry of the {hook} hook of generation {gen} requested "
+                   f"(it failed{said})")
 
 
 class Suspend(NamedTuple):

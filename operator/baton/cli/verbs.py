@@ -122,6 +122,10 @@ def run_force_retire(args: argparse.Namespace, connection: cluster.Cluster, io: 
                         build=lambda rt: requests.force_retire_request(rt, generation=args.generation))
 
 
+def run_retry(args: argparse.Namespace, connection: cluster.Cluster, io: Io) -> int:
+    return _run_request(args, connection, io, verb="retry", build=requests.retry_hook_request, ask=False)
+
+
 def _run_suspend(args: argparse.Namespace, connection: cluster.Cluster, io: Io, *, suspend: bool) -> int:
     rt = cluster.get_runtime(connection, namespace=_namespace(args, connection), name=args.name)
     change = requests.suspend_request(rt, suspend=suspend)

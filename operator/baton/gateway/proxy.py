@@ -362,6 +362,11 @@ class Proxy:
 
     def _past_admission(self, runtime: dict[str, Any] | None, why: str, *, target: route.Target,
                         body: bytes | None) -> web.Response:
+        hook = route.hook_failed(runtime)
+        if hook is not None:
+            # The operator's own failure holds it, not a slow transition: said (issue 45).
+            return refusals.refusal(route.Refuse(route.Reason.HOOK_FAILED, 30, hook, _generation(runtime)),
+                                    target=target, body=body)
         return refusals.refusal(route.Refuse(
             route.Reason.TRANSITIONING, 1,
             f"no generation served within budgets.admissionSeconds={route.admission_seconds(runtime)} ({why})",

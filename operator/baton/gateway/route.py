@@ -46,6 +46,9 @@ class Reason(str, enum.Enum):
     IDLE = "Idle"  # 503 at once: ping or no JSON-RPC request for an idle runtime (no wake)
     WAKE_TIMEOUT = "WakeTimeout"  # 503: held for a wake past spec.idle.wakeSeconds
     WAKE_FAILED = "WakeFailed"  # 503 at once: a missed wake is retired, then its back-off (status.retry.notBefore) runs
+    # spec.hooks (issue 45): a Fail postReady hook failed (Degraded=True reason HookFailed) and keeps
+    # the new generation out of serving: a held call is refused with it at its admission bound.
+    HOOK_FAILED = "HookFailed"
 
 
 STATUS = {
@@ -221,6 +224,15 @@ def _cond(runtime: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
         if isinstance(c, dict) and c.get("type") == kind:
             return c
     return None
+
+
+def hook_failed(runtime: Mapping[str, Any] | None) -> str | None:
+    """The message of Degraded=True reason HookFailed (a failed postReady hook holds the new
+    generation out of serving), None otherwise."""
+    degraded = _cond(runtime, "Degraded") if runtime is not None else None
+    if degraded is None or degraded.get("status") != "True" or degraded.get("reason") != Reason.HOOK_FAILED.value:
+        return None
+    return str(degraded.get("message") or "a hook failed")
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
+from baton.lifecycle import hooks
 from baton.lifecycle import plan as p
 from baton.lifecycle import retire
 from baton.lifecycle import transitions
@@ -91,7 +92,10 @@ def _cleanup_failure(
 
 def cleanup_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
     """CleanupFailed: held until the pod is gone, a force-recovery naming its generation, or
-    policy Force; other values are refused as stale."""
+    policy Force; other values are refused as stale. A failed preRetire hook holds it too
+    (baton.lifecycle.hooks): released only by its retry or a force recovery."""
+    if hooks.held(t, st.HookName.PRE_RETIRE):
+        return retire.hook_failed(o, t, now)
     old = o.pod_by_uid(t.from_uid)
     failed = o.status.last_cleanup_failure
     failed_gen = failed.generation if failed else (t.from_ or 0)

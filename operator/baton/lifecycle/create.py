@@ -6,6 +6,7 @@ import datetime
 
 from baton.lifecycle import conditions
 from baton.lifecycle import dormancy
+from baton.lifecycle import hooks
 from baton.lifecycle import manifests as mf
 from baton.lifecycle import plan as p
 from baton.lifecycle import steady
@@ -167,6 +168,10 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
     expired = t.deadline is not None and now >= t.deadline
     if pod.ready and not (expired and o.last_error is not None):
         if not pod.serving:
+            # spec.hooks.postReady first: the pod admits calls only once it ended (persisted).
+            hooked = hooks.post_ready(o, t, now, pod)
+            if hooked is not None:
+                return hooked
             # A label patch that keeps failing is bounded too: past connectSeconds it is a
             # connect timeout like any other (the condition below).
             return p.Plan((p.SetServing(pod.name, pod.uid, True),), 0 if o.last_error is None else 1.0, "serve")
@@ -177,7 +182,8 @@ def connecting(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
         built_from = t.template_hash or pod.template_hash or o.desired_hash
         current = st.Current(generation=to, pod=pod.name, uid=pod.uid, template_hash=built_from,
                              parts=dict(o.desired_parts) if o.desired_parts and built_from == o.desired_hash else None,
-                             started_at=pod.created_at, ready_since=now)
+                             started_at=pod.created_at, ready_since=now,
+                             hooks=tuple(r for r in t.hooks if r.hook == st.HookName.POST_READY))
         status = transitions.stamped(o, now).model_copy(update={"current": current, "transition": None, "retry": None})
         status, woke = dormancy.woken(o, t, now, status)
         changes: list[conditions.Cond] = [

@@ -17,6 +17,7 @@ from baton.lifecycle import cleanup
 from baton.lifecycle import conditions
 from baton.lifecycle import create
 from baton.lifecycle import deletion
+from baton.lifecycle import hooks
 from baton.lifecycle import idle
 from baton.lifecycle import lease
 from baton.lifecycle import pin_gate
@@ -71,6 +72,16 @@ def _in_flight(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.P
 def _external_wait(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> tuple[str, float | None] | None:
     """(note, wait) when the transition waits on something outside Baton and its status
     already says so: then it needs no Lease (an idle wait costs no writes)."""
+    if names.ANN_RETRY_HOOK in o.annotations:
+        return None  # acted on, or refused as stale, under the Lease
+    if t.step == st.Step.CLEANUP_FAILED and hooks.held(t, st.HookName.PRE_RETIRE):
+        if names.ANN_FORCE_RECOVERY in o.annotations:
+            return None
+        return f"preRetire hook failed; waiting for {names.ANN_RETRY_HOOK} or {names.ANN_FORCE_RECOVERY}", None
+    if t.step == st.Step.CONNECTING and hooks.held(t, st.HookName.POST_READY):
+        pod = o.pod_by_uid(t.to_uid)
+        if pod is not None and pod.ready and not pod.deleting and names.ANN_FORCE_RECOVERY not in o.annotations:
+            return f"postReady hook failed; waiting for {names.ANN_RETRY_HOOK}", None
     if t.step == st.Step.CLEANUP_FAILED:
         if (o.spec.recovery.on_cleanup_failure == spec_model.OnCleanupFailure.FORCE
                 or names.ANN_FORCE_RECOVERY in o.annotations or o.pod_by_uid(t.from_uid) is None):
@@ -115,6 +126,12 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
         return p.Plan(tuple(verbs.stale_force_retire(
             force_retire, f"no retire of that generation waits for pins ({st.text(t.kind)} {st.arrow(t)} at {st.text(t.step)})")), 0,
             "stale force-retire")
+    retry, named = hooks.retry_named(o, t)
+    if retry is not None and not named:
+        failed = t.hook if t.hook is not None and t.hook.outcome == st.HookOutcome.FAILED else None
+        why = (f"the failed hook is generation {failed.generation}'s" if failed is not None
+               else f"no failed hook holds {st.text(t.kind)} {st.arrow(t)} ({st.text(t.step)})")
+        return p.Plan(hooks.stale_retry(retry, why), 0, "stale retry-hook")
     if not isinstance(t.step, st.Step):
         return _unknown_step(o, t, now)
     ours = o.pod_by_uid(t.from_uid) if t.retiring else (o.pod_by_uid(t.to_uid) if t.step == st.Step.CONNECTING else None)
@@ -132,6 +149,7 @@ def _step(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
         st.Step.TERMINATING: cleanup.terminating,
         st.Step.AWAITING_POD_GONE: cleanup.awaiting_pod_gone,
         st.Step.CLEANUP_FAILED: cleanup.cleanup_failed,
+        st.Step.PRE_RETIRE_HOOK: retire.pre_retire_hook,
         st.Step.CREATING: create.creating,
         st.Step.CONNECTING: create.connecting,
         st.Step.FINALIZING: deletion.finalizing,

@@ -118,6 +118,38 @@ def _with_bridge(pod_spec: dict[str, Any], *, stdio: spec_model.Stdio, budgets: 
     return pod_spec
 
 
+# The fence handed to the tool (docs/hooks.md, "The fence in the tool's pod"): every container of
+# the pod gets these, the generation and the token through the downward API from the pod's own
+# annotations, so the value the container reads is the one the API server stored on the pod.
+ENV_RUNTIME = "BATON_RUNTIME"  # "<namespace>/<name>", as the Baton-Runtime header of a hook call
+ENV_GENERATION = "BATON_GENERATION"
+ENV_FENCING_TOKEN = "BATON_FENCING_TOKEN"  # the Lease's token when the pod was created
+ENV_POD_NAME = "BATON_POD_NAME"
+
+
+def fence_env(*, namespace: str, runtime: str) -> list[dict[str, Any]]:
+    """The env entries that hand the fence to a container."""
+    def field(path: str) -> dict[str, Any]:
+        return {"valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+    return [
+        {"name": ENV_RUNTIME, "value": f"{namespace}/{runtime}"},
+        {"name": ENV_GENERATION, **field(f"metadata.annotations['{names.ANN_GENERATION}']")},
+        {"name": ENV_FENCING_TOKEN, **field(f"metadata.annotations['{names.ANN_FENCING_TOKEN}']")},
+        {"name": ENV_POD_NAME, **field("metadata.name")},
+    ]
+
+
+def _with_fence_env(pod_spec: dict[str, Any], *, namespace: str, runtime: str) -> dict[str, Any]:
+    """`pod_spec` (a copy, changed) with the fence's env added to every container. An `env` entry
+    of the template with one of these names wins: Baton adds none of that name to that container
+    (docs/hooks.md: a value the user set is never replaced under them)."""
+    fence = fence_env(namespace=namespace, runtime=runtime)
+    for c in pod_spec.get("containers") or []:
+        own = {e.get("name") for e in c.get("env") or [] if isinstance(e, dict)}
+        c["env"] = [*(c.get("env") or []), *(copy.deepcopy(e) for e in fence if e["name"] not in own)]
+    return pod_spec
+
+
 def build_pod(
     *,
     namespace: str,
@@ -153,6 +185,7 @@ def build_pod(
     if stdio is not None:
         pod_spec = _with_bridge(pod_spec, stdio=stdio, budgets=budgets or spec_model.Budgets(), bridge_image=bridge_image,
                                 index=stdio_container_index(template, stdio))
+    pod_spec = _with_fence_env(pod_spec, namespace=namespace, runtime=runtime)
     return {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -29,6 +29,8 @@ class Metric(str, enum.Enum):
     FORCE_RETIRES = "force_retires"
     WAKES = "wakes"  # labels: outcome (Woken | Failed); spec.idle
     WAKE_SECONDS = "wake_seconds"  # value: seconds from the wake's start to Ready (Woken only)
+    HOOK_RUNS = "hook_runs"  # labels: hook, outcome (spec.hooks)
+    HOOK_SECONDS = "hook_seconds"  # labels: hook; value: seconds from the hook's start to its end
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,11 +4,13 @@ are in baton.lifecycle.cleanup."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 from baton.lifecycle import conditions
 from baton.lifecycle import create
 from baton.lifecycle import dormancy
+from baton.lifecycle import hooks
 from baton.lifecycle import pin_gate
 from baton.lifecycle import plan as p
 from baton.lifecycle import steady
@@ -178,11 +180,37 @@ def _terminate(o: obs.Observed, t: st.Transition, now: datetime.datetime, old: o
     counts are cleared: nobody asks again after the drain, so they would only grow stale; their
     session count is kept for the history entry."""
     grace = o.spec.budgets.termination_grace_seconds
+    drained = t.model_copy(update={
+        "drain_incomplete": drain_incomplete, "gateway_calls": None, "sessions_to_rebind": _sessions(o, t),
+        "message": t.message if message is None else message,
+        "drain_note": t.drain_note if drain_note is None else drain_note})
+    if hooks.pre_retire_due(o, t):
+        # The drain ended: spec.hooks.preRetire runs before the delete (its run persisted first).
+        return hooks.start_pre_retire(o, t, drained, now, extra=extra)
     return transitions.advance(o, t, now, st.Step.TERMINATING, deadline=now + transitions.seconds(o.spec.budgets.cleanup_seconds),
-                    extra=(*extra, p.DeletePod(old.name, old.uid, grace)), drain_incomplete=drain_incomplete,
-                    gateway_calls=None, sessions_to_rebind=_sessions(o, t),
-                    message=t.message if message is None else message,
-                    drain_note=t.drain_note if drain_note is None else drain_note)
+                    extra=(*extra, p.DeletePod(old.name, old.uid, grace)), drain_incomplete=drained.drain_incomplete,
+                    gateway_calls=None, sessions_to_rebind=drained.sessions_to_rebind, message=drained.message,
+                    drain_note=drained.drain_note)
+
+
+def _after_hook(o: obs.Observed, t: st.Transition, now: datetime.datetime, said: tuple[p.Action, ...]) -> p.Plan:
+    """The preRetire hook ended (its end in `t`): the delete, persisted with it (Terminating)."""
+    old = o.pod_by_uid(t.from_uid)
+    if old is None:
+        done = retire_done(o, t, now)
+        return dataclasses.replace(done, actions=(*done.actions, *said))
+    return transitions.advance(o, t, now, st.Step.TERMINATING, deadline=now + transitions.seconds(o.spec.budgets.cleanup_seconds),
+                               extra=(*said, p.DeletePod(old.name, old.uid, o.spec.budgets.termination_grace_seconds)))
+
+
+def pre_retire_hook(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """Step PreRetireHook (baton.lifecycle.hooks): then the delete."""
+    return hooks.pre_retire(o, t, now, then=_after_hook)
+
+
+def hook_failed(o: obs.Observed, t: st.Transition, now: datetime.datetime) -> p.Plan:
+    """CleanupFailed held by a failed preRetire hook (baton.lifecycle.hooks): then the delete."""
+    return hooks.held_pre_retire(o, t, now, then=_after_hook)
 
 
 def _outcome(o: obs.Observed, t: st.Transition, *, retired_current: bool) -> st.Outcome:
@@ -235,6 +263,7 @@ def retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clean
             else t.drain_note,
             f"pod {t.from_pod} left in place: its ownerReference was removed" if orphaned_pod else None) if m) or None,
         sessions_to_rebind=_sessions(o, t),
+        hooks=((current.hooks if current and retired_current else ()) + t.hooks)[-st.HOOK_RECORDS_LIMIT:],
     )
     history = status.history
     if t.from_:
@@ -255,7 +284,7 @@ def retire_done(o: obs.Observed, t: st.Transition, now: datetime.datetime, clean
     elif t.kind == kinds.HANDOFF and not o.spec.suspend:
         to = t.to or transitions.next_generation(o)
         new_t = t.model_copy(update={"to": to, "step": st.Step.CREATING, "step_started_at": now, "deadline": None,
-                                     "gateway_calls": None, "sessions_to_rebind": None})
+                                     "gateway_calls": None, "sessions_to_rebind": None, "hook": None, "hooks": ()})
         status = status.model_copy(update={"latest_generation": max(status.latest_generation, to)})
         status = conditions.step_conditions(status.model_copy(update={"transition": new_t}), o, now, new_t)
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 
+from baton.lifecycle import hooks
 from baton.lifecycle import lease
 from baton.lifecycle import plan as p
 from baton.lifecycle import transitions
@@ -84,6 +85,9 @@ def stale_verbs(o: obs.Observed, current_pod: obs.PodInfo | None) -> tuple[p.Act
     retire = o.annotations.get(names.ANN_FORCE_RETIRE)
     if retire is not None:
         actions += stale_force_retire(retire, "no retire waits for pins")
+    retry = o.annotations.get(names.ANN_RETRY_HOOK)
+    if retry is not None:
+        actions += hooks.stale_retry(retry, "no failed hook is pending")
     return tuple(actions)
 
 

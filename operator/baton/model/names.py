@@ -80,6 +80,15 @@ HEADER_GENERATION = "Baton-Generation"
 HEADER_REASON = "Baton-Reason"
 HEADER_HELD_MS = "Baton-Held-Ms"  # on every answer to a call that was held: the milliseconds it waited
 
+# Hooks around a handoff (spec.hooks; issue 45). ANN_RETRY_HOOK on a ToolRuntime names the
+# generation whose failed hook to run again (`kubectl baton retry NAME`); the operator removes it.
+# Every hook call (an HTTP POST to the generation's pod) carries the fence in these headers, with
+# HEADER_GENERATION: the runtime (namespace/name), the holder's current fencing token, the hook.
+ANN_RETRY_HOOK = "baton.dev/retry-hook"
+HEADER_RUNTIME = "Baton-Runtime"
+HEADER_FENCING_TOKEN = "Baton-Fencing-Token"
+HEADER_HOOK = "Baton-Hook"
+
 # Events' reportingComponent.
 REPORTING_COMPONENT = "baton.dev/operator"
 

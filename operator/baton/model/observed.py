@@ -112,6 +112,13 @@ class ToolPodIsolation(base.Model):
     operator_pod_labels: tuple[tuple[str, str], ...]
 
 
+class HookAnswer(base.Model):
+    """The answer to the hook call of status.transition.hook (baton.hooking), for this very run."""
+
+    ok: bool  # 2xx
+    message: str  # what it answered (bounded), or why it could not be called
+
+
 class Observed(base.Model):
     # The runtime.
     namespace: str
@@ -221,6 +228,9 @@ class Observed(base.Model):
     backoff_base_seconds: float = 5.0
     # Baton's own image (BATON_IMAGE): a stdio runtime's pod copies the bridge from it.
     bridge_image: str = ""
+    # spec.hooks, filled outside decide() for the Lease holder only (baton.hooking): the answer to
+    # the call of status.transition.hook's run (None: not called yet, or still in flight).
+    hook_answer: HookAnswer | None = None
 
     def pod_by_uid(self, uid: str | None) -> PodInfo | None:
         for p in self.pods:

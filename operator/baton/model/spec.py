@@ -93,6 +93,38 @@ class Idle(base.Model):
     wake_seconds: int = 45  # below the TypeScript SDK's 60 s request timeout
 
 
+class HookFailurePolicy(str, enum.Enum):
+    FAIL = "Fail"  # a failed hook holds the step (preRetire: CleanupFailed/HookFailed; postReady: Degraded)
+    IGNORE = "Ignore"  # a failed hook is recorded and the step goes on
+
+
+class HttpPost(base.Model):
+    path: str = "/"
+    port: int | str
+
+
+class HookGate(base.Model):
+    """preRetire only: the retire waits until the ToolRuntime's annotation `annotation` equals the
+    retiring generation's number, at most `timeout_seconds` (then the failure policy applies)."""
+
+    annotation: str
+    timeout_seconds: int = 600
+
+
+class Hook(base.Model):
+    """One hook (docs/hooks.md): an HTTP POST to the generation's own pod, and (preRetire) a gate."""
+
+    http_post: HttpPost | None = None
+    timeout_seconds: int = 20
+    failure_policy: HookFailurePolicy = HookFailurePolicy.FAIL
+    gate: HookGate | None = None
+
+
+class Hooks(base.Model):
+    pre_retire: Hook | None = None  # after the drain, before the old pod's delete
+    post_ready: Hook | None = None  # after the new pod is Ready, before it is labelled serving
+
+
 # The bridge's endpoints beside spec.stdio.path (its contract, docs/stdio.md): reserved.
 BRIDGE_READY_PATH = "/baton/ready"  # 200 once the child answered the bridge's initialize
 BRIDGE_DRAIN_PATH = "/baton/drain"  # 200 when no call is in flight, else 503
@@ -122,6 +154,7 @@ class ToolRuntimeSpec(base.Model):
     suspend: bool = False
     idle: Idle | None = None  # None: never idled
     stdio: Stdio | None = None
+    hooks: Hooks = pydantic.Field(default_factory=Hooks)
 
     @pydantic.model_validator(mode="before")
     @classmethod

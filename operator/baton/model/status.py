@@ -77,6 +77,13 @@ class Reason(str, enum.Enum):
     WAKE_FAILED = "WakeFailed"  # Ready=False, Degraded=True: the wake missed spec.idle.wakeSeconds
     WAKE_TIMEOUT = "WakeTimeout"  # Baton-Reason: the gateway's 503 to held calls past wakeSeconds
     WOKEN = "Woken"  # event: the wake's generation is Ready
+    # Hooks (spec.hooks; issue 45): CleanupFailed=True (preRetire) or Degraded=True (postReady) while
+    # a Fail hook's failure holds the step; events for each hook's end, and a retry verb refused.
+    HOOK_FAILED = "HookFailed"
+    HOOK_SUCCEEDED = "HookSucceeded"  # event
+    HOOK_IGNORED = "HookIgnored"  # event: a failed Ignore hook, and the step went on
+    HOOK_RETRIED = "HookRetried"  # event: baton.dev/retry-hook ran a failed hook again
+    STALE_RETRY_HOOK = "StaleRetryHook"  # event: baton.dev/retry-hook named no failed hook
     # Event-only reasons.
     TRANSITION_STARTED = "TransitionStarted"
     POD_LOST = "PodLost"
@@ -95,6 +102,7 @@ class Step(str, enum.Enum):
     TERMINATING = "Terminating"
     AWAITING_POD_GONE = "AwaitingPodGone"
     CLEANUP_FAILED = "CleanupFailed"
+    PRE_RETIRE_HOOK = "PreRetireHook"  # after the drain, before the delete: spec.hooks.preRetire runs
     CREATING = "Creating"
     CONNECTING = "Connecting"
     FINALIZING = "Finalizing"
@@ -164,6 +172,7 @@ class Current(base.Model):
     parts: dict[str, str] | None = None
     started_at: datetime.datetime | None = None
     ready_since: datetime.datetime | None = None
+    hooks: tuple[HookRecord, ...] = ()  # its postReady, carried into its history entry
 
 
 class GatewayCalls(base.Model):
@@ -217,6 +226,9 @@ class Transition(base.Model):
     pin_wait_since: datetime.datetime | None = None
     pin_blocked: bool = False
     force_retired: str | None = None
+    # spec.hooks: the hook in progress (or held failed), and the ones this transition ended.
+    hook: HookRun | None = None
+    hooks: tuple[HookRecord, ...] = ()
 
     @property
     def retiring(self) -> bool:
@@ -226,7 +238,56 @@ class Transition(base.Model):
             Step.TERMINATING,
             Step.AWAITING_POD_GONE,
             Step.CLEANUP_FAILED,
+            Step.PRE_RETIRE_HOOK,
         )
+
+
+class HookName(str, enum.Enum):
+    PRE_RETIRE = "preRetire"
+    POST_READY = "postReady"
+
+
+class HookOutcome(str, enum.Enum):
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"  # failurePolicy Fail: the step is held (until a retry or a force recovery)
+    IGNORED = "Ignored"  # failed, failurePolicy Ignore: the step went on
+    FORCE_RECOVERED = "ForceRecovered"  # failed, and a person let the retire go on
+
+
+HookNameValue = Annotated[Union[HookName, str], pydantic.Field(union_mode="left_to_right")]
+HookOutcomeValue = Annotated[Union[HookOutcome, str], pydantic.Field(union_mode="left_to_right")]
+# A hook's answer kept in status (bytes of text): enough to say why, never the tool's whole body.
+HOOK_MESSAGE_LIMIT = 256
+# Hook records a transition, a current generation or a history entry keeps.
+HOOK_RECORDS_LIMIT = 4
+
+
+class HookRun(base.Model):
+    """The hook in progress (status.transition.hook): persisted before it is called, its outcome
+    persisted before the lifecycle moves on. A holder that finds it without an outcome (the one
+    before crashed mid-call) calls it again: hooks are at least once."""
+
+    hook: HookNameValue
+    generation: int
+    started_at: datetime.datetime
+    attempts: int = 1
+    # The token of the holder that calls it (the Baton-Fencing-Token it carries): a run found
+    # without an outcome under another token was left by a holder that crashed, and is called again.
+    fencing_token: int = 0
+    # When the httpPost answered 2xx (a gate, if any, is waited for from here).
+    called_at: datetime.datetime | None = None
+    outcome: HookOutcomeValue | None = None
+    message: str | None = None
+
+
+class HookRecord(base.Model):
+    """One hook's end, for the generation's history entry."""
+
+    hook: HookNameValue
+    outcome: HookOutcomeValue
+    seconds: float
+    attempts: int = 1
+    message: str | None = None
 
 
 class CleanupFailure(base.Model):
@@ -255,6 +316,7 @@ class HistoryEntry(base.Model):
     # With spec.service.gateway: the MCP sessions the gateway replicas had last forwarded to this
     # generation when its drain ended, each re-bound to the next at its next call (None: unknown).
     sessions_to_rebind: int | None = None
+    hooks: tuple[HookRecord, ...] = ()  # its hooks: postReady as it started, preRetire as it retired
 
 
 class WakeOutcome(str, enum.Enum):

@@ -259,7 +259,7 @@ def test_api_errors_are_byte_identical(api: type[FakeApi], failure: str) -> None
 
 
 @pytest.mark.parametrize("verb", [None, "list", "status", "history", "reset", "force-recover", "suspend", "resume",
-                                  "force-retire", "wake", "release", "completion", "version"])
+                                  "force-retire", "retry", "wake", "release", "completion", "version"])
 def test_help_is_byte_identical(verb: str | None, capsys: pytest.CaptureFixture[str],
                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "100")  # argparse wraps at the terminal's width

@@ -116,7 +116,7 @@ def test_confirm_without_a_terminal_needs_yes() -> None:
 
 
 @pytest.mark.parametrize("verb", ["list", "status", "history", "reset", "force-recover", "suspend", "resume",
-                                  "force-retire", "release", "version"])
+                                  "force-retire", "retry", "release", "version"])
 def test_every_verb_has_its_own_help(verb: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         cli.main([verb, "--help"])
@@ -379,7 +379,7 @@ def _complete(words: list[str]) -> list[str]:
 
 def test_bash_completion_offers_verbs_flags_and_formats() -> None:
     assert _complete([""]) == ["list", "status", "history", "reset", "force-recover", "suspend", "resume",
-                               "force-retire", "wake", "release", "completion", "version"]
+                               "force-retire", "retry", "wake", "release", "completion", "version"]
     assert _complete(["force-r"]) == ["force-recover", "force-retire"]
     assert _complete(["force-retire", "search", "--g"]) == ["--generation"]
     assert _complete(["suspend", "-n", "agents", "search", "--as"]) == ["--as", "--as-group"]

@@ -70,7 +70,8 @@ def test_a_named_container_gets_the_bridge_and_the_others_are_kept() -> None:
     template["spec"]["containers"].insert(0, {"name": "side", "image": "busybox", "command": ["sleep", "inf"]})
     spec = _spec(template, container="server", port=9000, path="/rpc")
     side, server = _pod(spec)["spec"]["containers"]
-    assert side == {"name": "side", "image": "busybox", "command": ["sleep", "inf"]}
+    assert side == {"name": "side", "image": "busybox", "command": ["sleep", "inf"],
+                    "env": mf.fence_env(namespace="ns", runtime="time")}
     assert server["command"][:5] == ["/baton/baton-bridge", "--listen", "0.0.0.0:9000", "--path", "/rpc"]
     assert spec.template == template, "the spec's template is not changed"
 
@@ -91,6 +92,8 @@ def test_without_stdio_the_pod_and_hash_are_unchanged() -> None:
     spec = sp.ToolRuntimeSpec.model_validate({"template": _template(command=["serve"])})
     pod = mf.build_pod(namespace="ns", runtime="t", runtime_uid="u", template=spec.template, generation=1,
                        fencing_token=1, template_hash="h")
+    [c] = pod["spec"]["containers"]
+    assert c.pop("env") == mf.fence_env(namespace="ns", runtime="t")  # the fence (docs/hooks.md), not the template's
     assert pod["spec"] == spec.template["spec"] and spec.drain.probe is None
     assert mf.pod_definition(spec) is spec.template  # existing runtimes keep their hash: no handoff on upgrade
 
