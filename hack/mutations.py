@@ -198,6 +198,43 @@ MUTATIONS = [
           "    return scheme.lower() == \"bearer\"\n"),),
         unit=("tests/unit/gateway/test_admin.py",),
     ),
+    # Hooks (issue 45): the hook invariant, the gate, at least once under the new holder's token.
+    Mutation(
+        "failed-hook-lets-retire-go", "a Fail preRetire hook that failed goes on to the delete (N+1 starts)",
+        "operator/baton/lifecycle/hooks.py",
+        (("    if got.outcome == st.HookOutcome.FAILED:\n        return _hold_pre_retire(",
+          "    if False:\n        return _hold_pre_retire("),),
+        unit=("tests/unit/lifecycle/test_hooks.py",),
+    ),
+    Mutation(
+        "gate-released-by-any-value", "the gate opens on any value of its annotation (a release carried over)",
+        "operator/baton/lifecycle/hooks.py",
+        (("    if value is not None and value.strip() == str(run.generation):\n",
+          "    if value is not None:\n"),),
+        unit=("tests/unit/lifecycle/test_hooks.py",),
+    ),
+    Mutation(
+        "hook-resumed-under-old-token", "a run left by a crashed holder is not saved again under the new token",
+        "operator/baton/lifecycle/hooks.py",
+        (("        if run.fencing_token != o.status.fencing_token:\n            # Another holder began it",
+          "        if False:\n            # Another holder began it"),),
+        unit=("tests/unit/lifecycle/test_hooks.py",),
+    ),
+    # Idle and wake (issue 43).
+    Mutation(
+        "idle-ignores-claims", "a ToolRuntimeClaim pinning the serving generation does not keep it awake",
+        "operator/baton/lifecycle/dormancy.py",
+        (("    if pn.pins(claims=o.claims, runtime=o.name, generation=current.generation, known=o.claims_known).pinned:\n        return True\n",
+          "    if False:\n        return True\n"),),
+        unit=("tests/unit/lifecycle/test_dormancy.py",),
+    ),
+    Mutation(
+        "wake-ignores-backoff", "a wake starts during the back-off of a failed one (a pile of pods)",
+        "operator/baton/lifecycle/dormancy.py",
+        (("    if retry is not None and retry.not_before is not None and now < retry.not_before:\n        return transitions.Wait(",
+          "    if False:\n        return transitions.Wait("),),
+        unit=("tests/unit/lifecycle/test_dormancy.py",),
+    ),
 ]
 
 
