@@ -12,7 +12,7 @@ CLUSTER_DIR ?= .baton
 VENV_STAMP := $(VENV)/.installed
 PY_DEPS := $(if $(filter $(VENV)/bin/python,$(PY)),$(VENV_STAMP))
 
-.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps bench-gateway bench-gateway-flood chaos chaos-summary model-check mutations
+.PHONY: help venv tools tools-control-plane cluster-up cluster-down kind-build kind-up kind-down test test-unit test-integration lint demo bench bench-scale bench-configmaps bench-gateway bench-gateway-flood bench-bridge bench-idle chaos chaos-summary model-check mutations
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -96,6 +96,20 @@ FLOOD_LAT_CALLS ?= 2000
 bench-gateway-flood: $(PY_DEPS) tools ## one gateway (the chart's bounds) under FLOOD_CONNECTIONS connections: held 1 MiB calls, slow bodies, slowloris, one address past its bound; peak RSS vs the chart's limit, refusals by reason, a victim runtime's p50/p99 unloaded and meanwhile (FLOOD_LAT_CALLS at LAT_RATE/s)
 	$(PY) -m bench.gateway_flood --connections $(FLOOD_CONNECTIONS) --held $(FLOOD_HELD) --slow-bodies $(FLOOD_SLOW_BODIES) \
 		--slowloris $(FLOOD_SLOWLORIS) --lat-rate $(LAT_RATE) --lat-calls $(FLOOD_LAT_CALLS)
+
+BRIDGE_CALLS ?= 2000
+BRIDGE_ROUNDS ?= 3
+BRIDGE_ROUND_SECONDS ?= 5
+BRIDGE_CONCURRENCY ?= 8
+bench-bridge: $(PY_DEPS) ## baton-bridge beside mcp-server-time over stdio, the SDK client on both, in one run: added p50/p95 (interleaved), calls/s (rounds alternating), the bridge's RSS under load (quick: BRIDGE_CALLS=300 BRIDGE_ROUNDS=1)
+	$(PY) -m bench.stdio_bridge --calls $(BRIDGE_CALLS) --rounds $(BRIDGE_ROUNDS) --round-seconds $(BRIDGE_ROUND_SECONDS) --concurrency $(BRIDGE_CONCURRENCY)
+
+N_IDLE ?= 1000
+IDLE_AWAKE ?= 10
+IDLE_WAKES ?= 10
+IDLE_STEADY ?= 60
+bench-idle: $(PY_DEPS) tools ## N_IDLE idle runtimes (all but IDLE_AWAKE idle) beside N_IDLE always-on ones, one run: pods held, operator and gateway CPU and RSS; wake latency p50/p95 beside the plain start of the same pod (shared 2-core machine: N_IDLE=200)
+	$(PY) -m bench.idle --n $(N_IDLE) --awake $(IDLE_AWAKE) --wakes $(IDLE_WAKES) --steady $(IDLE_STEADY)
 
 test-unit: $(PY_DEPS) ## tests/unit only (pure, no cluster; not tests/model: make test and make model-check run that)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

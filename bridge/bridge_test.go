@@ -96,6 +96,27 @@ func TestOutboxEndsAStreamPastItsBound(t *testing.T) {
 	}
 }
 
+// A writer blocked on a client that never reads learns of the overrun without a Take.
+func TestOutboxSaysItsOverrunToABlockedWriter(t *testing.T) {
+	o := NewOutbox(100)
+	select {
+	case <-o.Overrun():
+		t.Fatal("overrun before any push")
+	default:
+	}
+	o.Push(make([]byte, 150))
+	o.Push(make([]byte, 10)) // past the bound: closes Overrun
+	select {
+	case <-o.Overrun():
+	default:
+		t.Fatal("Overrun not closed past the bound")
+	}
+	if !o.Overran() {
+		t.Fatal("Overran false past the bound")
+	}
+	o.Push(make([]byte, 10)) // a push after the overrun must not close the channel twice
+}
+
 // childWire records what the router writes to the child.
 type childWire struct {
 	mu    sync.Mutex

@@ -119,6 +119,9 @@ func startChild(cfg Config, tail *TailRing) (*Child, *os.File, error) {
 	// *os.File ends: exec copies nothing, so Wait returns when the process exits and never
 	// waits on (or closes) the bridge's ends.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	// Its own process group (pgid = its pid): a wrapper's grandchildren (`npx`, `sh -c`, `uv
+	// run`) are signalled with it, never left running after the shutdown.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
 	}
@@ -155,16 +158,49 @@ func exitStatus(ps *os.ProcessState) int {
 	return ps.ExitCode()
 }
 
-// waitExit waits for the child to exit within d; true if it did.
-func (c *Child) waitExit(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
+// signal sends sig to the child's whole process group. The group's id stays reserved while
+// any member lives, even once the child itself is reaped, so this never reaches a stranger.
+func (c *Child) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-c.cmd.Process.Pid, sig)
+}
+
+// groupAlive: whether the child or any process of its group is still running. Once the child is
+// reaped, zombies of the group the bridge inherited (as a container's PID 1 it is their reaper)
+// are reaped first so that they do not count.
+func (c *Child) groupAlive() bool {
 	select {
 	case <-c.exited:
+	default:
 		return true
-	case <-t.C:
-		return false
 	}
+	pgid := c.cmd.Process.Pid
+	for {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(-pgid, &ws, syscall.WNOHANG, nil)
+		if pid <= 0 || err != nil {
+			break
+		}
+	}
+	return !errors.Is(syscall.Kill(-pgid, 0), syscall.ESRCH)
+}
+
+// waitExit waits within d for the child and every process of its group to exit; true if they did.
+func (c *Child) waitExit(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for c.groupAlive() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		// The child's own exit wakes us at once; the rest of the group is polled.
+		t := time.NewTimer(min(left, 10*time.Millisecond))
+		select {
+		case <-c.exited:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return true
 }
 
 // stderrTail waits briefly for the child's stderr to reach EOF (its last lines may still be in
@@ -264,6 +300,8 @@ func run(cfg Config) int {
 			reason := fmt.Sprintf("exit status %d", child.status)
 			router.FailAll("the child exited (" + reason + ")")
 			logEvent("error", "the child exited on its own", "status", child.status, "calls", router.InflightCalls())
+			// A wrapper gone, its grandchildren are not: they are ended as in a shutdown.
+			endChild(cfg, child, router, "the child exited on its own")
 			writeTerminationLog(cfg.TerminationLog, TerminationMessage(reason, child.stderrTail(), terminationLogLimit))
 			shutdownHTTP(srv)
 			return child.status
@@ -334,25 +372,33 @@ func shutdown(cfg Config, child *Child, router *Router) (int, []CutCall) {
 	return child.status, cut
 }
 
-// endChild: EOF, wait, SIGTERM, wait, SIGKILL.
+// endChild: EOF, wait, SIGTERM, wait, SIGKILL; the signals go to the child's process group and
+// each wait lasts until the whole group is gone, so a wrapper's grandchildren end with it. A
+// child that already exited on its own still has its group's survivors ended the same way.
 func endChild(cfg Config, child *Child, router *Router, why string) {
 	router.draining.Store(true)
 	select {
 	case <-child.exited:
 		logEvent("info", "the child had already exited", "status", child.status, "why", why)
+	default:
+	}
+	if !child.groupAlive() {
 		router.FailAll("the child exited")
 		return
-	default:
 	}
 	_ = child.stdin.Close()
 	logEvent("info", "closed the child's stdin (EOF)", "eofSeconds", cfg.EOFSeconds, "why", why)
 	if !child.waitExit(seconds(cfg.EOFSeconds)) {
-		_ = child.cmd.Process.Signal(syscall.SIGTERM)
-		logEvent("warning", "the child did not exit on EOF: sent SIGTERM", "termSeconds", cfg.TermSeconds)
+		child.signal(syscall.SIGTERM)
+		logEvent("warning", "the child did not exit on EOF: sent SIGTERM", "termSeconds", cfg.TermSeconds, "to", "its process group")
 		if !child.waitExit(seconds(cfg.TermSeconds)) {
-			_ = child.cmd.Process.Signal(syscall.SIGKILL)
-			logEvent("warning", "the child did not exit on SIGTERM: sent SIGKILL")
+			child.signal(syscall.SIGKILL)
+			logEvent("warning", "the child did not exit on SIGTERM: sent SIGKILL", "to", "its process group")
 			<-child.exited
+			// SIGKILL cannot be ignored; bounded anyway (a process stuck in the kernel).
+			if !child.waitExit(5 * time.Second) {
+				logEvent("error", "processes of the child's group remain 5s after SIGKILL", "pgid", child.cmd.Process.Pid)
+			}
 		}
 	}
 	logEvent("info", "the child exited", "status", child.status)

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 )
 
 const (
@@ -235,6 +237,32 @@ func startSSE(w http.ResponseWriter) {
 	}
 }
 
+// cutOnOverrun ends a write to w that is blocked once o overruns: a client that never reads its
+// stream would otherwise hold its writer in that write for good, and the overrun would never be
+// seen. The returned stop must be called before the handler returns.
+func cutOnOverrun(w http.ResponseWriter, o *Outbox) (stop func()) {
+	var mu sync.Mutex
+	done := make(chan struct{})
+	finished := false
+	go func() {
+		select {
+		case <-o.Overrun():
+			mu.Lock()
+			defer mu.Unlock()
+			if !finished {
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Now())
+			}
+		case <-done:
+		}
+	}()
+	return func() {
+		mu.Lock()
+		finished = true
+		mu.Unlock()
+		close(done)
+	}
+}
+
 func writeEvent(w http.ResponseWriter, msg []byte) bool {
 	if _, err := fmt.Fprintf(w, "event: message\ndata: %s\n\n", msg); err != nil {
 		return false
@@ -251,6 +279,12 @@ func (sv *Server) request(w http.ResponseWriter, req *http.Request, s *Session, 
 		return
 	}
 	useJSON := accepts(req, "application/json") || req.Header.Get("Accept") == ""
+	// A call that asks for progress is answered on its own SSE stream when the client accepts
+	// one, so its progress travels with it: the session's GET stream may be gone (the gateway
+	// ends quiet GET streams at a handoff's seal while the call drains).
+	if _, wantsProgress := m.ProgressToken(); wantsProgress && accepts(req, "text/event-stream") {
+		useJSON = false
+	}
 	var notes *Outbox
 	if !useJSON {
 		notes = NewOutbox(sv.router.bufLimit)
@@ -275,6 +309,7 @@ func (sv *Server) request(w http.ResponseWriter, req *http.Request, s *Session, 
 		return
 	}
 	startSSE(w)
+	defer cutOnOverrun(w, notes)()
 	for {
 		select {
 		case msg := <-c.answer:
@@ -298,7 +333,8 @@ func (sv *Server) flushNotes(w http.ResponseWriter, o *Outbox, s *Session) bool 
 	msgs, _, overrun := o.Take()
 	for _, msg := range msgs {
 		if !writeEvent(w, msg) {
-			return false
+			overrun = o.Overran() // a write cut by cutOnOverrun
+			break
 		}
 	}
 	if overrun {
@@ -325,13 +361,17 @@ func (sv *Server) get(w http.ResponseWriter, req *http.Request) {
 	}
 	defer sv.router.CloseGet(s, out)
 	startSSE(w)
+	defer cutOnOverrun(w, out)()
 	for {
 		select {
 		case <-out.Ready():
 			msgs, closed, overrun := out.Take()
 			for _, msg := range msgs {
 				if !writeEvent(w, msg) {
-					return
+					if overrun = out.Overran(); !overrun { // else a write cut by cutOnOverrun
+						return
+					}
+					break
 				}
 			}
 			if overrun {

@@ -14,10 +14,11 @@ type Outbox struct {
 	closed  bool
 	overrun bool
 	ready   chan struct{} // one token: "something to read, or closed"
+	over    chan struct{} // closed once the outbox overruns
 }
 
 func NewOutbox(limit int) *Outbox {
-	return &Outbox{limit: limit, ready: make(chan struct{}, 1)}
+	return &Outbox{limit: limit, ready: make(chan struct{}, 1), over: make(chan struct{})}
 }
 
 // Push queues msg; false if the outbox is closed or msg would take it past its bound (then it
@@ -34,6 +35,7 @@ func (o *Outbox) Push(msg []byte) bool {
 		o.closed, o.overrun = true, true
 		o.queue, o.queued = nil, 0
 		o.signal()
+		close(o.over)
 		return false
 	}
 	o.queue = append(o.queue, msg)
@@ -66,3 +68,14 @@ func (o *Outbox) Take() (msgs [][]byte, closed bool, overrun bool) {
 
 // Ready is signalled whenever Take has something new to say.
 func (o *Outbox) Ready() <-chan struct{} { return o.ready }
+
+// Overrun is closed once the outbox went past its bound: its writer may be blocked in a write the
+// client never reads, and must be cut (cutOnOverrun).
+func (o *Outbox) Overrun() <-chan struct{} { return o.over }
+
+// Overran says whether the outbox went past its bound.
+func (o *Outbox) Overran() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.overrun
+}

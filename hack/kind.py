@@ -611,6 +611,12 @@ MCPTOOL = REPO / "tests" / "e2e" / "mcptool"
 # Its TypeScript client: the official @modelcontextprotocol/sdk from npm (package-lock.json) on
 # Debian's nodejs, client.mjs.
 MCPTOOL_TS = REPO / "tests" / "e2e" / "mcptool-ts"
+# The stdio MCP servers of tests/e2e/test_gateway_mcp.py, unmodified from their registries (no
+# bridge in them: it comes from the operator image): mcp-server-time from PyPI on the python
+# base (requirements.lock), server-memory and server-everything from npm on the nodejs base
+# (package-lock.json).
+STDIO_TIME = REPO / "tests" / "e2e" / "stdio-time"
+STDIO_NODE = REPO / "tests" / "e2e" / "stdio-node"
 
 
 @dataclass
@@ -623,6 +629,10 @@ class AppImages:
     mcptool_archive: Path
     mcptool_ts: str
     mcptool_ts_archive: Path
+    stdio_time: str
+    stdio_time_archive: Path
+    stdio_node: str
+    stdio_node_archive: Path
 
 
 def app_images() -> AppImages:
@@ -638,6 +648,10 @@ def app_images() -> AppImages:
     node_rootfs, node_version = nodejs_rootfs()
     modules = node_modules(MCPTOOL_TS)
     ts_client_key = digest(node_rootfs.parent.name, node_version, modules.name, MCPTOOL_TS)
+    time_wheels = wheelhouse(python, STDIO_TIME / "requirements.lock")
+    time_key = digest(rootfs.parent.name, time_wheels.name, STDIO_TIME)
+    node_servers = node_modules(STDIO_NODE)
+    node_key = digest(node_rootfs.parent.name, node_version, node_servers.name, STDIO_NODE)
     out = CACHE / "kind-app-images"
     result = AppImages(operator=f"localhost/baton:e2e-{op_key}",
                        operator_archive=out / f"baton-{op_key}.tar",
@@ -646,9 +660,13 @@ def app_images() -> AppImages:
                        mcptool=f"localhost/baton-mcptool:e2e-{mcp_key}",
                        mcptool_archive=out / f"mcptool-{mcp_key}.tar",
                        mcptool_ts=f"localhost/baton-mcptool-ts:e2e-{ts_client_key}",
-                       mcptool_ts_archive=out / f"mcptool-ts-{ts_client_key}.tar")
+                       mcptool_ts_archive=out / f"mcptool-ts-{ts_client_key}.tar",
+                       stdio_time=f"localhost/baton-stdio-time:e2e-{time_key}",
+                       stdio_time_archive=out / f"stdio-time-{time_key}.tar",
+                       stdio_node=f"localhost/baton-stdio-node:e2e-{node_key}",
+                       stdio_node_archive=out / f"stdio-node-{node_key}.tar")
     archives = (result.operator_archive, result.toolserver_archive, result.mcptool_archive,
-                result.mcptool_ts_archive)
+                result.mcptool_ts_archive, result.stdio_time_archive, result.stdio_node_archive)
     with locked(out):
         if all(a.exists() for a in archives):
             return result
@@ -677,10 +695,12 @@ def app_images() -> AppImages:
                 _save(result.mcptool, result.mcptool_archive, env)
                 log(f"{result.mcptool} built in {time.monotonic() - t0:.0f}s "
                     f"({result.mcptool_archive.stat().st_size / 2**20:.0f} MiB archive)")
+            node_base = ""
+            if not result.mcptool_ts_archive.exists() or not result.stdio_node_archive.exists():
+                node_base = os_base(env, node_rootfs, f"localhost/baton-nodejs:{versions()['KIND_PYTHON_SUITE']}")
             if not result.mcptool_ts_archive.exists():
                 log(f"building {result.mcptool_ts} (nodejs {node_version})")
                 t0 = time.monotonic()
-                node_base = os_base(env, node_rootfs, f"localhost/baton-nodejs:{versions()['KIND_PYTHON_SUITE']}")
                 run("buildah", "build", "--quiet", "--pull-never", "--network", "none", "--layers=false",
                     "--build-arg", f"NODE_IMAGE={node_base}", "-v", f"{modules}:/deps:ro",
                     "-f", MCPTOOL_TS / "Containerfile", "-t", result.mcptool_ts, MCPTOOL_TS,
@@ -688,6 +708,25 @@ def app_images() -> AppImages:
                 _save(result.mcptool_ts, result.mcptool_ts_archive, env)
                 log(f"{result.mcptool_ts} built in {time.monotonic() - t0:.0f}s "
                     f"({result.mcptool_ts_archive.stat().st_size / 2**20:.0f} MiB archive)")
+            if not result.stdio_time_archive.exists():
+                log(f"building {result.stdio_time}")
+                t0 = time.monotonic()
+                run(*common, "--build-arg", "PIP_NO_INDEX=1", "--build-arg", "PIP_FIND_LINKS=/wheels",
+                    "-v", f"{time_wheels}:/wheels:ro", "-f", STDIO_TIME / "Containerfile",
+                    "-t", result.stdio_time, STDIO_TIME, env=env, timeout=900)
+                _save(result.stdio_time, result.stdio_time_archive, env)
+                log(f"{result.stdio_time} built in {time.monotonic() - t0:.0f}s "
+                    f"({result.stdio_time_archive.stat().st_size / 2**20:.0f} MiB archive)")
+            if not result.stdio_node_archive.exists():
+                log(f"building {result.stdio_node} (nodejs {node_version})")
+                t0 = time.monotonic()
+                run("buildah", "build", "--quiet", "--pull-never", "--network", "none", "--layers=false",
+                    "--build-arg", f"NODE_IMAGE={node_base}", "-v", f"{node_servers}:/deps:ro",
+                    "-f", STDIO_NODE / "Containerfile", "-t", result.stdio_node, STDIO_NODE,
+                    env=env, timeout=900)
+                _save(result.stdio_node, result.stdio_node_archive, env)
+                log(f"{result.stdio_node} built in {time.monotonic() - t0:.0f}s "
+                    f"({result.stdio_node_archive.stat().st_size / 2**20:.0f} MiB archive)")
             # The size docs/kind.md quotes: podman's figure (uncompressed layers) of each image.
             sizes = run("podman", "image", "ls", "--format", "{{.Repository}}:{{.Tag}} {{.Size}}",
                         env=env).stdout.strip()
@@ -750,6 +789,8 @@ def main(argv: list[str] | None = None) -> int:
             print(imgs.toolserver_archive)
             print(imgs.mcptool_archive)
             print(imgs.mcptool_ts_archive)
+            print(imgs.stdio_time_archive)
+            print(imgs.stdio_node_archive)
         elif a.command == "up":
             print(up(a.dir.resolve(), a.name))
         elif a.command == "down":

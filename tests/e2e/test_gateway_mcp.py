@@ -20,6 +20,13 @@ stateless path); "legacy" runs the initialize handshake, which this server (stat
 default) answers with 2025-11-25 and an `Mcp-Session-Id` held in its memory. The TypeScript SDK
 1.32 speaks 2025-11-25 (its LATEST_PROTOCOL_VERSION): the handshake era.
 
+The same cluster and release also serve: stdio servers from PyPI and npm, unmodified, behind the
+bridge across a handoff (issue 44; images tests/e2e/stdio-time and tests/e2e/stdio-node); a
+preRetire hook reaching a real container with the fencing token (issue 45); an idle runtime woken
+by the SDK's call (issue 43; created by a module fixture at the first test, so its idle minute
+passes meanwhile). Their SDK clients and the hook receiver are tests/e2e/podclient/*.py, mounted
+from ConfigMaps into pods of the MCP image (docs/kind.md).
+
 Network rule: the test reaches the cluster only through the API server on 127.0.0.1 and reads the
 client's results from its pod log; every call stays inside the kind node (198.19.0.0/16).
 """
@@ -48,6 +55,10 @@ from harness.watchlog import PodWatch
 ROOT = Path(__file__).resolve().parents[2]
 MCPTOOL = ROOT / "tests" / "e2e" / "mcptool"
 MCPTOOL_TS = ROOT / "tests" / "e2e" / "mcptool-ts"
+STDIO_TIME = ROOT / "tests" / "e2e" / "stdio-time"
+STDIO_NODE = ROOT / "tests" / "e2e" / "stdio-node"
+# The SDK client scripts of the stdio and idle tests (run by the MCP image's Python from a ConfigMap).
+PODCLIENT = ROOT / "tests" / "e2e" / "podclient"
 RELEASE = "baton-gw"
 # kind's podSubnet (hack/kind/cluster.yaml): the only addresses the gateway may dial.
 POD_CIDR = "198.19.0.0/24"
@@ -66,6 +77,8 @@ class Images:
     operator: str
     mcptool: str
     mcptool_ts: str
+    stdio_time: str     # mcp-server-time from PyPI on a Python image (tests/e2e/stdio-time)
+    stdio_node: str     # server-memory and server-everything from npm on a Node image (tests/e2e/stdio-node)
 
 
 @pytest.fixture(scope="module")
@@ -75,17 +88,21 @@ def images(kind_cluster: Cluster) -> Images:
     if route.docker:
         # A laptop with Docker: the Dockerfile's pinned base; pip fetches the locked files.
         ops, tool, ts = "baton:e2e", "baton-mcptool:e2e", "baton-mcptool-ts:e2e"
+        stdio_time, stdio_node = "baton-stdio-time:e2e", "baton-stdio-node:e2e"
         for tag, ctx, extra in ((ops, ROOT, []), (tool, MCPTOOL, ["-f", str(MCPTOOL / "Containerfile")]),
-                                (ts, MCPTOOL_TS, ["-f", str(MCPTOOL_TS / "Containerfile")])):
+                                (ts, MCPTOOL_TS, ["-f", str(MCPTOOL_TS / "Containerfile")]),
+                                (stdio_time, STDIO_TIME, ["-f", str(STDIO_TIME / "Containerfile")]),
+                                (stdio_node, STDIO_NODE, ["-f", str(STDIO_NODE / "Containerfile")])):
             subprocess.run(["docker", "build", "-t", tag, *extra, str(ctx)], check=True, timeout=1200)
             subprocess.run([str(route.kind), "load", "docker-image", "--name", route.name, tag],
                            check=True, timeout=300)
-        return Images(ops, tool, ts)
+        return Images(ops, tool, ts, stdio_time, stdio_node)
     plane = load_kind_module()
     built = plane.app_images()
-    for archive in (built.operator_archive, built.mcptool_archive, built.mcptool_ts_archive):
+    for archive in (built.operator_archive, built.mcptool_archive, built.mcptool_ts_archive,
+                    built.stdio_time_archive, built.stdio_node_archive):
         plane.load_archive(route.kind, route.name, archive, route.env)
-    return Images(built.operator, built.mcptool, built.mcptool_ts)
+    return Images(built.operator, built.mcptool, built.mcptool_ts, built.stdio_time, built.stdio_node)
 
 
 @pytest.fixture(scope="module")
@@ -115,9 +132,9 @@ def release(kind_cluster: Cluster, images: Images) -> Iterator[str]:
                 raise
 
 
-def mcp_runtime(image: str) -> dict[str, Any]:
+def mcp_runtime(image: str, *, name: str = "mcp") -> dict[str, Any]:
     """No drain probe: the gateway's count of calls and WebSockets in flight is the drain."""
-    m = runtime_manifest("mcp", image=image, service=True, budgets={
+    m = runtime_manifest(name, image=image, service=True, budgets={
         "connectSeconds": 120, "drainSeconds": 90, "terminationGraceSeconds": GRACE,
         "cleanupSeconds": GRACE + 60, "admissionSeconds": 120})
     m["spec"]["service"]["gateway"] = True
@@ -167,6 +184,8 @@ def answered_by(evs: list[dict[str, Any]], era: str, version: str) -> bool:
                for e in evs)
 
 
+# idle_runtime: created first so that its minute of idleness passes while this test runs.
+@pytest.mark.usefixtures("idle_runtime")
 def test_mcp_sdk_clients_keep_one_session_across_handoffs_through_the_gateway(
         kind_cluster: Cluster, release: str, images: Images, kind_namespace: str) -> None:
     ns = kind_namespace
@@ -301,3 +320,283 @@ def test_mcp_sdk_clients_keep_one_session_across_handoffs_through_the_gateway(
     history = st["history"]
     assert [h["outcome"] for h in history][-HANDOFFS:] == ["Retired"] * HANDOFFS, history
     print(f"client logs: {sum(map(len, evs.values()))} events since {datetime.fromtimestamp(since).isoformat()}")
+
+
+# --- stdio servers from PyPI and npm (issue 44) and an idle runtime's wake (issue 43) ----------
+
+LONG = 12           # seconds of server-everything's long-running operation across the handoff
+STDIO_AFTER = 3     # each client loop stops after this many answers from generation 2
+IDLE_AFTER = 60     # spec.idle.afterSeconds: the CRD's minimum
+WAKE_SECONDS = 60   # spec.idle.wakeSeconds
+# The stdio runtimes: (name, image field of Images, spec.stdio.command, args). The Node image
+# holds both npm servers; the command picks one (docs/stdio.md: the container sets no command).
+NODE_MODULES = "/srv/node_modules/@modelcontextprotocol"
+STDIO_SERVERS = (("time", "stdio_time", ["mcp-server-time"], ["--local-timezone", "UTC"]),
+                 ("memory", "stdio_node", ["node", f"{NODE_MODULES}/server-memory/dist/index.js"], []),
+                 ("everything", "stdio_node", ["node", f"{NODE_MODULES}/server-everything/dist/index.js"], ["stdio"]))
+
+
+def stdio_runtime(name: str, *, image: str, command: list[str], args: list[str]) -> dict[str, Any]:
+    """A stdio runtime as examples/stdio-*.yaml write one: the container runs the registry's
+    server unmodified (no command, ports or probe of its own: the bridge's), restricted, read-only
+    root filesystem; behind the gateway with sessions re-bound at a handoff."""
+    m = runtime_manifest(name, image=image, budgets={
+        "connectSeconds": 120, "drainSeconds": 60, "terminationGraceSeconds": 20,
+        "cleanupSeconds": 80, "admissionSeconds": 120})
+    [c] = m["spec"]["template"]["spec"]["containers"]
+    del c["ports"]
+    c.update({"imagePullPolicy": "Never", "env": [{"name": "HANDOFF", "value": "1"}],
+              "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "allowPrivilegeEscalation": False,
+                                  "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}})
+    if name == "memory":
+        # server-memory writes its graph file at every change: an emptyDir lives as long as the
+        # generation's pod (docs/stdio.md), so each generation starts with an empty graph.
+        c["env"].append({"name": "MEMORY_FILE_PATH", "value": "/data/memory.jsonl"})
+        c["volumeMounts"] = [{"name": "graph", "mountPath": "/data"}]
+        m["spec"]["template"]["spec"]["volumes"] = [{"name": "graph", "emptyDir": {"sizeLimit": "64Mi"}}]
+    m["spec"]["stdio"] = {"command": command, "args": args, "eofSeconds": 5, "termSeconds": 5}
+    m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": "mcp"}], "gateway": True, "sessions": "Rebind"}
+    return m
+
+
+def start_podclient(core: client.CoreV1Api, ns: str, pod: str, *, image: str, script: str,
+                    args: list[str]) -> None:
+    """A pod of the MCP image (the official Python SDK) running tests/e2e/podclient/SCRIPT, mounted
+    from a ConfigMap (no image of its own to build)."""
+    core.create_namespaced_config_map(ns, {"metadata": {"name": pod}, "data": {
+        script: (PODCLIENT / script).read_text()}})
+    core.create_namespaced_pod(ns, {"metadata": {"name": pod}, "spec": {
+        "restartPolicy": "Never",
+        "volumes": [{"name": "script", "configMap": {"name": pod}}],
+        "containers": [{"name": "client", "image": image, "imagePullPolicy": "Never",
+                        "command": ["/opt/mcp/bin/python", f"/podclient/{script}", *args],
+                        "volumeMounts": [{"name": "script", "mountPath": "/podclient", "readOnly": True}]}]}})
+
+
+def wait_pod_done(core: client.CoreV1Api, ns: str, pod: str, *, timeout: float) -> None:
+    wait_for(lambda: core.read_namespaced_pod(pod, ns).status.phase in ("Succeeded", "Failed"),
+             timeout=timeout, interval=1, what=f"the client pod {pod} done")
+
+
+def test_stdio_servers_from_pypi_and_npm_across_a_handoff_through_the_gateway(
+        kind_cluster: Cluster, release: str, images: Images, kind_namespace: str) -> None:
+    """Issue 44 on kind: mcp-server-time (PyPI, a Python image) and server-memory and
+    server-everything (npm, a Node image), unmodified, each as a stdio runtime behind the bridge
+    the init container copies in from Baton's image; the official SDK Client calls tools on all
+    three (two Client modes each, ONE session each) while every runtime hands off once, and
+    server-everything's long-running operation spans its handoff."""
+    ns = kind_namespace
+    rts = Runtimes(kind_cluster.api_client, ns)
+    core = rts.core
+    watch = PodWatch(kind_cluster.api_client, ns)
+    pod = "stdio-client"
+    evs: list[dict[str, Any]] = []
+    try:
+        for name, image, command, args in STDIO_SERVERS:
+            rts.create(stdio_runtime(name, image=getattr(images, image), command=command, args=args))
+        for name, *_ in STDIO_SERVERS:
+            rts.wait_ready(name, 1, timeout=240)
+        g1 = {name: rts.gen_pod(name, 1) for name, *_ in STDIO_SERVERS}
+        # The bridge came from Baton's image by the init container; the tool image is unchanged.
+        for name, p in g1.items():
+            assert p is not None, name
+            assert [ic.image for ic in p.spec.init_containers or []] == [images.operator], (name, p.spec.init_containers)
+            assert p.spec.containers[0].command[0].startswith("/baton/"), (name, p.spec.containers[0].command)
+        start_podclient(core, ns, pod, image=images.mcptool, script="stdio_calls.py", args=[
+            *(a for name, *_ in STDIO_SERVERS for a in (f"--{name}", f"http://{name}.{ns}.svc/mcp")),
+            "--final-generation", "2", "--after", str(STDIO_AFTER), "--long", str(LONG)])
+
+        def read() -> list[dict[str, Any]]:
+            evs[:] = events(core, ns, pod)
+            return evs
+
+        wait_for(lambda: any(e["ev"] == "long-start" for e in read()), timeout=240, interval=1,
+                 what="the long call under way (every client loop answered)")
+        t_patch = time.time()
+        for name, *_ in STDIO_SERVERS:
+            containers = rts.get(name)["spec"]["template"]["spec"]["containers"]
+            containers[0]["env"][0] = {"name": "HANDOFF", "value": "2"}
+            rts.patch(name, {"spec": {"template": {"spec": {"containers": containers}}}})
+        status = {name: rts.wait_ready(name, 2, timeout=180) for name, *_ in STDIO_SERVERS}
+        wait_pod_done(core, ns, pod, timeout=240)
+        read()
+    finally:
+        watch.stop()
+        try:
+            core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    for name, *_ in STDIO_SERVERS:
+        assert watch.assert_one_at_a_time(name) == [1, 2], name
+    summary = next((e for e in evs if e["ev"] == "summary"), None)
+    assert summary is not None, "no summary in the client's log:\n" + "\n".join(map(str, evs[-30:]))
+    long = summary["long"]
+    print(f"\nstdio runtimes through the gateway, one handoff each (template changed "
+          f"{t_patch - min(e['t'] for e in evs):.1f}s into the client's run):")
+    for lp in summary["loops"]:
+        print(f"  {lp['server']} ({lp['era']} Client): {lp['ok']} calls answered, {lp['failed']} failed, "
+              f"answers by generation {lp['generations']}, Mcp-Session-Id (sha256[:8]) {lp['session_ids']}, "
+              f"http refusals {lp['http']}, longest call {lp['max_call_seconds']:.2f}s, errors {lp['errors']}")
+    memory = [e for e in evs if e["ev"] == "call" and e["server"] == "memory" and e.get("ok")]
+    before = max((int(e["answer"].split()[0]) for e in memory if e["generation"] == 1), default=0)
+    after = next((int(e["answer"].split()[0]) for e in memory if e["generation"] == 2), None)
+    print(f"  memory's graph: {before} entities on generation 1; the first read on generation 2 held "
+          f"{after} (its file on an emptyDir: a new generation starts empty)")
+    print(f"  long call (server-everything trigger-long-running-operation, {LONG}s): {long}")
+    for name in status:
+        print(f"  {name} history: {[(h.get('generation'), h.get('outcome')) for h in status[name].get('history', [])]}")
+    assert not summary["timed_out"], summary
+    assert len(summary["loops"]) == 2 * len(STDIO_SERVERS)
+    for lp in summary["loops"]:
+        # No call failed; one session for the whole run (the gateway re-bound it); both
+        # generations answered; the only refusal: the "auto" Client's stateless probe, which the
+        # bridge answers 400 (bridge/README.md) and the SDK falls back from.
+        assert lp["failed"] == 0 and lp["errors"] == [], lp
+        assert len(lp["session_ids"]) == 1, lp
+        assert set(lp["generations"]) == {"1", "2"} and lp["late"] >= STDIO_AFTER, lp
+        assert lp["http"] == ({"POST 400 -": 1} if lp["era"] == "auto" else {}), lp
+    # The long call completed (on generation 1, whose drain waited for it), its progress routed
+    # back to this client on the call's own stream (the session's GET stream ends at the seal),
+    # although the template changed while it ran.
+    assert long.get("ok") and "completed" in long["answer"], long
+    assert long["t1"] > t_patch, (long, t_patch)
+    assert long["progress"] and long["progress"] == sorted(long["progress"]), long
+    for name in status:
+        assert [h["outcome"] for h in status[name]["history"]][-1:] == ["Retired"], status[name]["history"]
+
+
+HOOK_GATE = "e2e.baton.dev/released"  # the preRetire gate's annotation: holds the retire while the test reads
+
+
+def test_a_pre_retire_hook_reaches_the_tool_with_the_fencing_token_it_got_from_the_downward_api(
+        kind_cluster: Cluster, release: str, images: Images, kind_namespace: str) -> None:
+    """Issue 45 on kind: spec.hooks.preRetire's httpPost reaches the retiring generation's real
+    container (a receiver on the MCP image's Python, tests/e2e/podclient/hook_receiver.py) after
+    its drain, carrying Baton-Generation and Baton-Fencing-Token; the container got
+    BATON_FENCING_TOKEN and BATON_GENERATION through the downward API at its start. A gate holds
+    the retire after the call so that the test reads the retiring pod's log before it goes."""
+    ns = kind_namespace
+    rts = Runtimes(kind_cluster.api_client, ns)
+    core = rts.core
+    script = "hook_receiver.py"
+    core.create_namespaced_config_map(ns, {"metadata": {"name": "hooks"}, "data": {
+        script: (PODCLIENT / script).read_text()}})
+    m = runtime_manifest("hooked", image=images.mcptool, budgets={
+        "connectSeconds": 120, "drainSeconds": 30, "terminationGraceSeconds": 2, "cleanupSeconds": 60})
+    m["spec"]["template"]["spec"]["volumes"] = [{"name": "script", "configMap": {"name": "hooks"}}]
+    [c] = m["spec"]["template"]["spec"]["containers"]
+    c.update({"imagePullPolicy": "Never", "command": ["/opt/mcp/bin/python", f"/podclient/{script}"],
+              "env": [{"name": "HANDOFF", "value": "1"}],
+              "volumeMounts": [{"name": "script", "mountPath": "/podclient", "readOnly": True}],
+              "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1}})
+    m["spec"]["hooks"] = {"preRetire": {"httpPost": {"path": "/release", "port": "http"}, "timeoutSeconds": 20,
+                                        "gate": {"annotation": HOOK_GATE, "timeoutSeconds": 300}}}
+    rts.create(m)
+    rts.wait_ready("hooked", 1, timeout=180)
+    g1 = rts.gen_pod("hooked", 1)
+    assert g1 is not None
+    annotations = g1.metadata.annotations or {}
+    containers = rts.get("hooked")["spec"]["template"]["spec"]["containers"]
+    containers[0]["env"] = [{"name": "HANDOFF", "value": "2"}]
+    rts.patch("hooked", {"spec": {"template": {"spec": {"containers": containers}}}})
+
+    def called() -> dict[str, Any] | None:
+        hook = (rts.status("hooked").get("transition") or {}).get("hook") or {}
+        return hook if hook.get("calledAt") and hook.get("hook") == "preRetire" else None
+
+    # The httpPost answered; the gate holds generation 1's pod: its log has what it received.
+    run = wait_for(called, timeout=120, interval=0.5, what="hooked's preRetire called, the gate waiting")
+    log = core.read_namespaced_pod_log("hooked", ns, _request_timeout=30) or ""
+    lines = [json.loads(ln) for ln in log.splitlines() if ln.startswith("{")]
+    rts.patch("hooked", {"metadata": {"annotations": {HOOK_GATE: "1"}}})
+    st = rts.wait_ready("hooked", 2, timeout=120)
+    start = next(e for e in lines if e["ev"] == "start")
+    hooks = [e for e in lines if e["ev"] == "hook"]
+    entry = next(h for h in st["history"] if h["generation"] == 1)
+    print(f"\npreRetire hook on kind: generation 1's pod annotations "
+          f"{ {k: v for k, v in annotations.items() if k.startswith('baton.dev/')} }; its container's "
+          f"downward-API env at start {start['env']}; the hook call(s) it received {hooks}; "
+          f"status.transition.hook {run}; history {entry.get('hooks')}")
+    assert len(hooks) == 1, hooks
+    [hook] = hooks
+    headers = {k.lower(): v for k, v in hook["headers"].items()}
+    token = start["env"]["BATON_FENCING_TOKEN"]
+    # The token the tool got through the downward API is its pod's (the Lease's at the pod's
+    # creation); the hook carries the token of the holder calling now (the run's), never lower:
+    # the Lease's token grows at every acquisition (docs/design.md), and the handoff is a new one.
+    assert token == annotations[names.ANN_FENCING_TOKEN] and int(token) > 0, (token, annotations)
+    assert start["env"]["BATON_GENERATION"] == "1" and start["env"]["BATON_RUNTIME"] == f"{ns}/hooked", start
+    assert hook["path"] == "/release", hook
+    assert headers["baton-generation"] == "1" and headers["baton-hook"] == "preRetire", headers
+    assert headers["baton-fencing-token"] == str(run["fencingToken"]), (headers, run)
+    assert int(headers["baton-fencing-token"]) >= int(token), (headers, token)
+    assert hook["body"]["fencingToken"] == run["fencingToken"] and hook["body"]["generation"] == 1, hook
+    assert [h.get("outcome") for h in entry.get("hooks") or []] == ["Succeeded"], entry
+
+
+@pytest.fixture(scope="module")
+def idle_runtime(kind_cluster: Cluster, release: str, images: Images) -> Iterator[str]:
+    """An MCP runtime with spec.idle (afterSeconds 60, the minimum) in a namespace of its own,
+    created as early as the module's first test so that its idle minute passes meanwhile."""
+    core = client.CoreV1Api(kind_cluster.api_client)
+    ns = f"baton-idle-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns, "labels": {"baton.dev/test": "true"}}})
+    m = mcp_runtime(images.mcptool, name="idle")
+    m["spec"]["idle"] = {"afterSeconds": IDLE_AFTER, "wakeSeconds": WAKE_SECONDS}
+    Runtimes(kind_cluster.api_client, ns).create(m)
+    try:
+        yield ns
+    finally:
+        try:
+            core.delete_namespace(ns)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+
+def test_an_idle_runtime_wakes_on_a_call_of_the_mcp_sdk(
+        kind_cluster: Cluster, images: Images, idle_runtime: str) -> None:
+    """Issue 43 on kind: the runtime went idle (Ready=False reason Idle, status.idle.since, no
+    pod); the official SDK Client's call wakes it, is held, and is answered by the new generation."""
+    ns = idle_runtime
+    rts = Runtimes(kind_cluster.api_client, ns)
+    core = rts.core
+
+    def idle() -> dict[str, Any] | None:
+        st = rts.status("idle")
+        ready = next((c for c in st.get("conditions") or [] if c["type"] == "Ready"), {})
+        if (st.get("idle") or {}).get("since") and ready.get("reason") == "Idle" and rts.pod("idle") is None:
+            return st
+        return None
+
+    st = wait_for(idle, timeout=IDLE_AFTER + 240, interval=1, what="ns/idle idle, its pod gone")
+    idle_gen = [h for h in st.get("history") or [] if h.get("generation") == 1]
+    pod = "wake-client"
+    try:
+        start_podclient(core, ns, pod, image=images.mcptool, script="wake_call.py",
+                        args=["--url", f"http://idle.{ns}.svc/mcp", "--timeout", str(WAKE_SECONDS + 60)])
+        wait_pod_done(core, ns, pod, timeout=WAKE_SECONDS + 180)
+        evs = events(core, ns, pod)
+    finally:
+        try:
+            core.delete_namespaced_pod(pod, ns, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    woken = rts.wait_ready("idle", 2, timeout=60)
+    result = next((e for e in evs if e["ev"] == "result"), None)
+    answers = [e for e in evs if e["ev"] == "http"]
+    held = [e for e in answers if e["held_ms"] is not None]
+    wake = (woken.get("idle") or {}).get("lastWake") or {}
+    print(f"\nidle runtime woken by the MCP SDK Client: idle since {st['idle']['since']} "
+          f"(generation 1 retired: {idle_gen}); the call answered {result}; "
+          f"wake latency (status.idle.lastWake.seconds) {wake.get('seconds')} s, outcome {wake.get('outcome')}; "
+          f"Baton-Held-Ms {[e['held_ms'] for e in held]}; HTTP answers {answers}")
+    assert result is not None and result["ok"] and result["answer"] == "v1", evs
+    # The first request (the Client's probe or initialize) was held for the wake and answered by
+    # the woken generation; every answer after it by the same.
+    assert held and all(e["status"] < 300 and e["generation"] == "2" for e in held), answers
+    assert all(e["generation"] == "2" for e in answers if e["generation"]), answers
+    assert wake.get("outcome") == "Woken" and wake.get("seconds") is not None, wake
+    assert not (woken.get("idle") or {}).get("since"), woken.get("idle")
