@@ -187,6 +187,7 @@ func (c *Child) groupAlive() bool {
 // waitExit waits within d for the child and every process of its group to exit; true if they did.
 func (c *Child) waitExit(d time.Duration) bool {
 	deadline := time.Now().Add(d)
+	exited := c.exited
 	for c.groupAlive() {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -195,7 +196,8 @@ func (c *Child) waitExit(d time.Duration) bool {
 		// The child's own exit wakes us at once; the rest of the group is polled.
 		t := time.NewTimer(min(left, 10*time.Millisecond))
 		select {
-		case <-c.exited:
+		case <-exited:
+			exited = nil // closed: from now on only the poll wakes us (no spin on a closed channel)
 		case <-t.C:
 		}
 		t.Stop()

@@ -14,6 +14,7 @@ for it within the pod's grace, as a kubelet does.
   answers, and each keeps its session."""
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 import threading
@@ -222,7 +223,15 @@ def test_a_child_ignoring_eof_is_ended_at_the_grace(operators: Callable[..., Ope
     # EOF first, SIGTERM after eofSeconds, then nothing the child could record: SIGKILL after termSeconds.
     assert kinds[-2:] == ["stdin-eof", "sigterm"], kinds
     assert b1.sigterm_at < eof["t"]
-    assert eof_seconds <= sigterm["t"] - eof["t"] < eof_seconds + 1.5
+    # eofSeconds is the bridge's wait from closing stdin to its SIGTERM, both in its own log (one
+    # clock). The child's own times also hold its latency in reading the EOF (a loaded machine
+    # makes that milliseconds), so they are bounded from above only.
+    records = b1.log_records()
+    closed = next(r for r in records if r["msg"] == "closed the child's stdin (EOF)")
+    signalled = next(r for r in records if r["msg"] == "the child did not exit on EOF: sent SIGTERM")
+    waited = (datetime.datetime.fromisoformat(signalled["ts"]) - datetime.datetime.fromisoformat(closed["ts"])).total_seconds()
+    assert eof_seconds <= waited < eof_seconds + 1.5, waited
+    assert 0 < sigterm["t"] - eof["t"] < eof_seconds + 1.5
     assert b1.proc.returncode == 128 + 9, "the bridge exits with its child's status: SIGKILL"
     assert eof_seconds + term_seconds <= took < grace and not b1.killed_at_grace, "ended by the bridge, within the grace"
     msgs = [rec["msg"] for rec in b1.log_records()]
