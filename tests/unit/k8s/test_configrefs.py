@@ -31,7 +31,9 @@ async def _serve(routes: dict[str, Handler]) -> tuple[aiohttp.web.AppRunner, k8s
     app = aiohttp.web.Application()
     for path, handler in routes.items():
         app.router.add_get(path, handler)
-    runner = aiohttp.web.AppRunner(app)
+    # cleanup() waits up to shutdown_timeout for handlers still running (the watch that sleeps
+    # until cancelled): 60 s by default, a minute of CI for nothing.
+    runner = aiohttp.web.AppRunner(app, shutdown_timeout=0.5)
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
