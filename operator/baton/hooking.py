@@ -20,7 +20,7 @@ import logging
 from typing import Any, Callable, Protocol
 
 from baton import clock as clock_mod
-from baton import hookcall
+from baton import flights, hookcall
 from baton.cache import snapshot
 from baton.lifecycle import hooks as hook_rules
 from baton.model import observed as observed_mod
@@ -55,97 +55,62 @@ class Answer:
     result: hookcall.Result
 
 
-@dataclasses.dataclass
-class _Flight:
-    ask: Ask
-    task: asyncio.Task[None]
-
-
 class Hooks:
-    """Runs hook calls apart from the workers: at most `concurrency` at once, one per runtime,
-    each answer kept per runtime with its Ask, `wake(key)` called when one comes."""
+    """Runs hook calls apart from the workers (baton.flights: at most `concurrency` at once, one
+    per runtime, each answer kept per runtime with its Ask, `wake(key)` called when one comes)."""
 
     def __init__(self, *, caller: Caller, concurrency: int, clock: clock_mod.Clock,
                  wake: Callable[[Key], None]) -> None:
         self.caller = caller
         self.clock = clock
-        self.wake = wake
-        self._slots = asyncio.Semaphore(concurrency)
-        self._flights: dict[Key, _Flight] = {}
-        self._answers: dict[Key, Answer] = {}
+        self._calls: flights.Flights[Ask, Answer] = flights.Flights(concurrency=concurrency, wake=wake)
 
     @property
     def flights(self) -> int:
-        return len(self._flights)
+        return self._calls.count
 
     def answer(self, key: Key, ask: Ask) -> Answer | None:
-        got = self._answers.get(key)
-        return got if got is not None and got.ask == ask else None
+        return self._calls.answer(key, ask)
 
     def in_flight(self, key: Key) -> Ask | None:
-        flight = self._flights.get(key)
-        return flight.ask if flight is not None else None
+        return self._calls.in_flight(key)
 
     def start(self, key: Key, ask: Ask, *, pod: dict[str, Any], post: spec_model.HttpPost, fence: hookcall.Fence,
               seconds: float, timeout_seconds: int) -> None:
         """Call for `ask` within `seconds` (slot wait included), unless already in flight. A call
         in flight for another Ask is obsolete (the runtime moved on): cancelled."""
-        flight = self._flights.get(key)
-        if flight is not None:
-            if flight.ask == ask:
-                return
-            flight.task.cancel()
-        task = asyncio.get_running_loop().create_task(self._run(key, ask, pod, post, fence, seconds, timeout_seconds),
-                                                      name=f"baton hook {key[0]}/{key[1]}")
-        self._flights[key] = _Flight(ask, task)
+        self._calls.launch(key, ask, lambda: self._run(key, ask, pod, post, fence, seconds, timeout_seconds),
+                           name=f"baton hook {key[0]}/{key[1]}")
 
     async def _run(self, key: Key, ask: Ask, pod: dict[str, Any], post: spec_model.HttpPost, fence: hookcall.Fence,
-                   seconds: float, timeout_seconds: int) -> None:
+                   seconds: float, timeout_seconds: int) -> Answer:
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
-        result: hookcall.Result
-        try:
+
+        async def call() -> hookcall.Result:
             try:
-                async with asyncio.timeout_at(end):
-                    await self._slots.acquire()
-            except TimeoutError:
-                result = hookcall.Result(False, f"no hook slot free within {seconds:.1f}s "
-                                                "(BATON_PROBE_CONCURRENCY calls in flight)")
-            else:
-                try:
-                    log.info("calling %s hook of generation %s (fencing token %s, attempt %s)", ask.hook,
-                             ask.generation, ask.fencing_token, ask.attempts, extra={"runtime": "/".join(key)})
-                    result = await self.caller.call(pod=pod, post=post, fence=fence,
-                                                    timeout=max(0.001, end - loop.time()), timeout_seconds=timeout_seconds)
-                except Exception as exc:  # noqa: BLE001 - a caller that raises is a failed call, never a crash
-                    result = hookcall.Result(False, f"{type(exc).__name__}: {exc}"[:200])
-                finally:
-                    self._slots.release()
-        finally:
-            flight = self._flights.get(key)
-            if flight is not None and flight.task is asyncio.current_task():
-                del self._flights[key]
-        # Not reached when cancelled: nothing stored, no wake.
-        self._answers[key] = Answer(ask, result)
-        self.wake(key)
+                log.info("calling %s hook of generation %s (fencing token %s, attempt %s)", ask.hook,
+                         ask.generation, ask.fencing_token, ask.attempts, extra={"runtime": "/".join(key)})
+                return await self.caller.call(pod=pod, post=post, fence=fence,
+                                              timeout=max(0.001, end - loop.time()), timeout_seconds=timeout_seconds)
+            except Exception as exc:  # noqa: BLE001 - a caller that raises is a failed call, never a crash
+                return hookcall.Result(False, f"{type(exc).__name__}: {exc}"[:200])
+
+        result = await self._calls.in_slot(end, call)
+        if result is None:
+            result = hookcall.Result(False, f"no hook slot free within {seconds:.1f}s "
+                                            "(BATON_PROBE_CONCURRENCY calls in flight)")
+        return Answer(ask, result)
 
     def forget(self, key: Key) -> None:
-        flight = self._flights.pop(key, None)
-        if flight is not None:
-            flight.task.cancel()
-        self._answers.pop(key, None)
+        self._calls.forget(key)
 
     async def settle(self) -> None:
         """Wait until no call is in flight (tests; the controller never waits for calls)."""
-        while self._flights:
-            await asyncio.gather(*(f.task for f in list(self._flights.values())), return_exceptions=True)
+        await self._calls.settle()
 
     async def close(self) -> None:
-        tasks = [f.task for f in self._flights.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._flights.clear()
+        await self._calls.close()
 
 
 def observe(snap: snapshot.Snapshot, *, key: Key, hooks: Hooks, holds: bool,

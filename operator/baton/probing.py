@@ -26,7 +26,7 @@ import logging
 from typing import Any, Callable, Protocol
 
 from baton import clock as clock_mod
-from baton import drainprobe, lifecycle
+from baton import drainprobe, flights, lifecycle
 from baton.cache import snapshot
 from baton.model import observed as observed_mod
 from baton.model import spec as spec_model
@@ -67,103 +67,70 @@ class Answer:
     wall: datetime.datetime  # the clock's wall time when it came
 
 
-@dataclasses.dataclass
-class _Flight:
-    ask: Ask
-    task: asyncio.Task[None]
-
-
 class Probes:
-    """Runs drain probes apart from the workers: at most `concurrency` at once (a slot is waited
-    for within the probe's own deadline), at most one per runtime, each answer kept per runtime
-    with its Ask, and `wake(key)` called when one comes."""
+    """Runs drain probes apart from the workers (baton.flights: at most `concurrency` at once, a
+    slot waited for within the probe's own deadline, at most one per runtime, each answer kept
+    per runtime with its Ask, and `wake(key)` called when one comes)."""
 
     def __init__(self, *, prober: Prober, concurrency: int, clock: clock_mod.Clock,
                  wake: Callable[[Key], None]) -> None:
         self.prober = prober
         self.clock = clock
-        self.wake = wake
-        self._slots = asyncio.Semaphore(concurrency)
-        self._flights: dict[Key, _Flight] = {}
-        self._answers: dict[Key, Answer] = {}
-        self.running = 0  # probes holding a slot (dialling)
+        self._calls: flights.Flights[Ask, Answer] = flights.Flights(concurrency=concurrency, wake=wake)
+
+    @property
+    def running(self) -> int:
+        """Probes holding a slot (dialling)."""
+        return self._calls.running
 
     @property
     def flights(self) -> int:
         """Probes in flight (waiting for a slot or dialling)."""
-        return len(self._flights)
+        return self._calls.count
 
     def answer(self, key: Key, ask: Ask) -> Answer | None:
         """The last answer for `key`, if it was for `ask`."""
-        got = self._answers.get(key)
-        return got if got is not None and got.ask == ask else None
+        return self._calls.answer(key, ask)
 
     def in_flight(self, key: Key) -> Ask | None:
-        flight = self._flights.get(key)
-        return flight.ask if flight is not None else None
+        return self._calls.in_flight(key)
 
     def start(self, key: Key, ask: Ask, *, pod: dict[str, Any], probe: spec_model.DrainProbe, seconds: float) -> None:
         """Probe for `ask`, over within `seconds` (slot wait included), unless a probe for it is
         already in flight. A probe in flight for another Ask is obsolete (the runtime moved on):
         cancelled, so one runtime never has two."""
-        flight = self._flights.get(key)
-        if flight is not None:
-            if flight.ask == ask:
-                return
-            flight.task.cancel()
-        task = asyncio.get_running_loop().create_task(self._run(key, ask, pod, probe, seconds),
-                                                      name=f"baton probe {key[0]}/{key[1]}")
-        self._flights[key] = _Flight(ask, task)
+        self._calls.launch(key, ask, lambda: self._run(key, ask, pod, probe, seconds),
+                           name=f"baton probe {key[0]}/{key[1]}")
 
-    async def _run(self, key: Key, ask: Ask, pod: dict[str, Any], probe: spec_model.DrainProbe, seconds: float) -> None:
+    async def _run(self, key: Key, ask: Ask, pod: dict[str, Any], probe: spec_model.DrainProbe, seconds: float) -> Answer:
         loop = asyncio.get_running_loop()
         end = loop.time() + seconds
-        result: drainprobe.Result
-        try:
+
+        async def dial() -> drainprobe.Result:
             try:
-                async with asyncio.timeout_at(end):
-                    await self._slots.acquire()
-            except TimeoutError:
-                result = drainprobe.Result(idle=False, error=f"no probe slot free within {seconds:.1f}s "
-                                                             "(BATON_PROBE_CONCURRENCY probes in flight)")
-            else:
-                self.running += 1
-                try:
-                    result = await self.prober.probe(pod=pod, probe=probe, timeout=max(0.001, end - loop.time()))
-                except Exception as exc:  # noqa: BLE001 - a prober that raises is a "not idle", never a crash
-                    log.warning("drain probe raised: %s: %s", type(exc).__name__, exc, extra={"runtime": "/".join(key)})
-                    result = drainprobe.Result(idle=False, error=f"{type(exc).__name__}: {exc}"[:200])
-                finally:
-                    self.running -= 1
-                    self._slots.release()
-        finally:
-            flight = self._flights.get(key)
-            if flight is not None and flight.task is asyncio.current_task():
-                del self._flights[key]
-        # Not reached when cancelled (forgotten, replaced, shutting down): nothing stored, no wake.
-        self._answers[key] = Answer(ask, result, self.clock.monotonic(), self.clock.wall())
-        self.wake(key)
+                return await self.prober.probe(pod=pod, probe=probe, timeout=max(0.001, end - loop.time()))
+            except Exception as exc:  # noqa: BLE001 - a prober that raises is a "not idle", never a crash
+                log.warning("drain probe raised: %s: %s", type(exc).__name__, exc, extra={"runtime": "/".join(key)})
+                return drainprobe.Result(idle=False, error=f"{type(exc).__name__}: {exc}"[:200])
+
+        result = await self._calls.in_slot(end, dial)
+        if result is None:
+            result = drainprobe.Result(idle=False, error=f"no probe slot free within {seconds:.1f}s "
+                                                         "(BATON_PROBE_CONCURRENCY probes in flight)")
+        return Answer(ask, result, self.clock.monotonic(), self.clock.wall())
 
     def forget(self, key: Key) -> None:
         """The runtime is gone: its probe cancelled, its answer dropped."""
-        flight = self._flights.pop(key, None)
-        if flight is not None:
-            flight.task.cancel()
-        self._answers.pop(key, None)
+        self._calls.forget(key)
 
     async def settle(self) -> None:
         """Wait until no probe is in flight (tests and the model check; the controller never
         waits for probes)."""
-        while self._flights:
-            await asyncio.gather(*(f.task for f in list(self._flights.values())), return_exceptions=True)
+        await self._calls.settle()
 
     async def close(self) -> None:
         """Cancel every probe in flight (shutdown)."""
-        tasks = [f.task for f in self._flights.values()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._flights.clear()
+        await self._calls.close()
 
 
 def observe(snap: snapshot.Snapshot, *, key: Key, probes: Probes, holds: bool,
