@@ -16,10 +16,10 @@ import (
 // SUPPORTED_PROTOCOL_VERSIONS). The bridge offers the newest to the child.
 var handshakeVersions = []string{"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"}
 
-// The stateless era (no initialize; a per-request _meta envelope). The bridge does not serve
-// it: a child spoken to over stdio is a handshake-era session, and a modern request is answered
-// with UNSUPPORTED_PROTOCOL_VERSION naming the handshake versions, on which the SDK clients fall
-// back to initialize (mcp 2.3.0 mcp/client/_probe.py).
+// The stateless era (no initialize; a per-request _meta envelope, server/discover,
+// subscriptions/listen). The child speaks one handshake-era session over stdio; the bridge
+// serves this era on top of it (modern.go): discover answered from the child's InitializeResult,
+// each request forwarded on the child's one session with the envelope's keys taken out.
 var modernVersions = []string{"2026-07-28"}
 
 const latestHandshakeVersion = "2025-11-25"
@@ -47,7 +47,8 @@ type call struct {
 	notes       *Outbox         // the POST's SSE stream for progress; nil: the session's GET stream
 }
 
-// Session is one client of the handshake era (one Mcp-Session-Id).
+// Session is one client of the handshake era (one Mcp-Session-Id), or one request of the
+// stateless era (id "", never in Router.sessions: it lives as long as its POST).
 type Session struct {
 	id      string
 	version string
@@ -62,6 +63,10 @@ type Router struct {
 	pending  map[int64]*call
 	tokens   map[string]*call // the bridge's progressToken (its JSON text) -> call
 	sessions map[string]*Session
+	// The stateless era's subscriptions/listen streams, and the resource URIs the bridge has
+	// subscribed the child to for them (never unsubscribed: a handshake client may share one).
+	listeners  map[*Listener]struct{}
+	subscribed map[string]bool
 
 	write     func([]byte) error // one line to the child's stdin
 	bufLimit  int
@@ -77,23 +82,27 @@ type Router struct {
 
 func NewRouter(write func([]byte) error, bufLimit int) *Router {
 	return &Router{
-		pending:  map[int64]*call{},
-		tokens:   map[string]*call{},
-		sessions: map[string]*Session{},
-		write:    write,
-		bufLimit: bufLimit,
-		initDone: make(chan struct{}),
+		pending:    map[int64]*call{},
+		tokens:     map[string]*call{},
+		sessions:   map[string]*Session{},
+		listeners:  map[*Listener]struct{}{},
+		subscribed: map[string]bool{},
+		write:      write,
+		bufLimit:   bufLimit,
+		initDone:   make(chan struct{}),
 	}
 }
 
 // Inflight counts the clients' requests sent to the child and not answered (not the bridge's
-// own initialize).
+// own: its initialize, the resources/subscribe it sends for a listen stream).
 func (r *Router) Inflight() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := len(r.pending)
-	if _, ok := r.pending[r.initID]; ok && r.initID != 0 {
-		n--
+	n := 0
+	for _, c := range r.pending {
+		if c.session != nil {
+			n++
+		}
 	}
 	return n
 }
@@ -102,7 +111,7 @@ func (r *Router) Inflight() int {
 type CutCall struct {
 	ID       int64           `json:"id"`
 	Method   string          `json:"method"`
-	Session  string          `json:"session"`
+	Session  string          `json:"session,omitempty"` // "" for a stateless (2026-07-28) call
 	ClientID json.RawMessage `json:"clientId"`
 }
 
@@ -199,7 +208,11 @@ func (r *Router) fromChildResponse(m Message) {
 		return
 	}
 	if c.session == nil {
-		r.finishInit(m)
+		if c.id == r.initID {
+			r.finishInit(m)
+		} else if errRaw, failed := m["error"]; failed {
+			logEvent("warning", "the child answered the bridge's own request with an error", "method", c.method, "error", excerpt(errRaw))
+		}
 		return
 	}
 	m["id"] = c.clientID
@@ -265,7 +278,9 @@ func (r *Router) fromChildNotification(m Message) {
 		// The child cancelling a request it sent us: the bridge never forwards those.
 		return
 	default:
-		// list_changed, logging, resources/updated: every client's GET stream.
+		// list_changed, logging, resources/updated: every client's GET stream, and the listen
+		// streams whose filter asks for it.
+		heard := r.toListeners(m)
 		b := m.Encode()
 		r.mu.Lock()
 		var outs []*Outbox
@@ -277,7 +292,7 @@ func (r *Router) fromChildNotification(m Message) {
 			}
 		}
 		r.mu.Unlock()
-		if len(outs) == 0 {
+		if len(outs) == 0 && !heard {
 			r.dropped("a notification from the child and no client has a GET stream open: dropped", method)
 			return
 		}

@@ -355,6 +355,7 @@ func shutdownHTTP(srv *http.Server) {
 // line a step. Returns the child's exit status and the calls cut.
 func shutdown(cfg Config, child *Child, router *Router) (int, []CutCall) {
 	router.draining.Store(true)
+	router.EndListeners()
 	logEvent("info", "drain: admission stopped (new calls 503)", "inflight", router.Inflight())
 	deadline := time.Now().Add(seconds(cfg.DrainSeconds))
 	for router.Inflight() > 0 && time.Now().Before(deadline) {
@@ -379,6 +380,7 @@ func shutdown(cfg Config, child *Child, router *Router) (int, []CutCall) {
 // child that already exited on its own still has its group's survivors ended the same way.
 func endChild(cfg Config, child *Child, router *Router, why string) {
 	router.draining.Store(true)
+	router.EndListeners()
 	select {
 	case <-child.exited:
 		logEvent("info", "the child had already exited", "status", child.status, "why", why)

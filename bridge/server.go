@@ -105,21 +105,6 @@ func accepts(req *http.Request, mediaType string) bool {
 	return false
 }
 
-// modernVersion is the 2026-07-28-era version a request asks for (header or _meta envelope).
-func modernVersion(req *http.Request, m Message) (string, bool) {
-	if v := req.Header.Get(headerProtocol); contains(modernVersions, v) {
-		return v, true
-	}
-	var meta map[string]json.RawMessage
-	if p := m.Params(); p != nil && json.Unmarshal(p["_meta"], &meta) == nil {
-		var v string
-		if json.Unmarshal(meta[metaVersionKey], &v) == nil && v != "" {
-			return v, true
-		}
-	}
-	return "", false
-}
-
 func (sv *Server) post(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, sv.maxBody))
 	if err != nil {
@@ -146,11 +131,9 @@ func (sv *Server) post(w http.ResponseWriter, req *http.Request) {
 		writeJSON(w, http.StatusBadRequest, ErrorResponse(m["id"], codeInvalidRequest, "baton-bridge: not a JSON-RPC request, notification or response", nil))
 		return
 	}
-	if req.Header.Get(headerSession) == "" && kind != KindResponse && m.Method() != "initialize" {
-		if v, ok := modernVersion(req, m); ok {
-			sv.modern(w, m, kind, v)
-			return
-		}
+	if req.Header.Get(headerSession) == "" && m.Method() != "initialize" && isModern(req, m) {
+		sv.modern(w, req, m, kind)
+		return
 	}
 	if kind == KindRequest && m.Method() == "initialize" {
 		sv.initialize(w, req, m)
@@ -178,21 +161,8 @@ func (sv *Server) post(w http.ResponseWriter, req *http.Request) {
 		}
 		w.WriteHeader(http.StatusAccepted)
 	case KindRequest:
-		sv.request(w, req, s, m)
+		sv.request(w, req, s, m, exchange{})
 	}
-}
-
-// modern answers a request of the stateless era with UNSUPPORTED_PROTOCOL_VERSION: the SDK
-// clients fall back to initialize on it. Its notifications are acknowledged and dropped, as the
-// Python SDK's own modern entry does.
-func (sv *Server) modern(w http.ResponseWriter, m Message, kind Kind, version string) {
-	if kind == KindNotification {
-		w.WriteHeader(http.StatusAccepted)
-		return
-	}
-	writeJSON(w, http.StatusBadRequest, ErrorResponse(m["id"], codeUnsupportedProtocol,
-		"baton-bridge: protocol version "+version+" (stateless, no initialize) is not served: the stdio child is a handshake-era session; initialize with one of the supported versions",
-		map[string]any{"supported": handshakeVersions, "requested": version}))
 }
 
 func (sv *Server) initialize(w http.ResponseWriter, req *http.Request, m Message) {
@@ -273,8 +243,16 @@ func writeEvent(w http.ResponseWriter, msg []byte) bool {
 	return true
 }
 
-func (sv *Server) request(w http.ResponseWriter, req *http.Request, s *Session, m Message) {
-	if m.Method() == "ping" {
+// exchange is how one forwarded call's POST behaves in its era.
+type exchange struct {
+	// stateless (2026-07-28): closing the stream cancels the call at the child; an error answer
+	// picks the HTTP status. Handshake era: a client that leaves leaves its call in flight.
+	stateless bool
+	translate func([]byte) []byte // the answer rewritten for the era (nil: as the child wrote it)
+}
+
+func (sv *Server) request(w http.ResponseWriter, req *http.Request, s *Session, m Message, ex exchange) {
+	if m.Method() == "ping" && !ex.stateless {
 		sv.answer(w, req, ResultResponse(m["id"], map[string]any{}))
 		return
 	}
@@ -298,13 +276,26 @@ func (sv *Server) request(w http.ResponseWriter, req *http.Request, s *Session, 
 		writeJSON(w, http.StatusServiceUnavailable, ErrorResponse(m["id"], codeUnavailable, "baton-bridge: writing to the child failed: "+err.Error(), nil))
 		return
 	}
+	if ex.stateless {
+		// Whatever ends this POST before the answer (the client closing its stream, a stream
+		// past its bound) is that era's cancellation.
+		defer sv.router.Abandon(c, "the client closed its response stream")
+	}
+	if ex.translate == nil {
+		ex.translate = func(msg []byte) []byte { return msg }
+	}
 	if useJSON {
 		select {
 		case msg := <-c.answer:
-			writeJSON(w, http.StatusOK, msg)
+			msg = ex.translate(msg)
+			status := http.StatusOK
+			if ex.stateless {
+				status = modernStatus(msg)
+			}
+			writeJSON(w, status, msg)
 		case <-req.Context().Done():
-			// The client left: the call stays in flight until the child answers (the drain
-			// counts it); its answer is dropped.
+			// Handshake era: the client left; the call stays in flight until the child
+			// answers (the drain counts it) and its answer is dropped.
 		}
 		return
 	}
@@ -314,7 +305,7 @@ func (sv *Server) request(w http.ResponseWriter, req *http.Request, s *Session, 
 		select {
 		case msg := <-c.answer:
 			sv.flushNotes(w, notes, s)
-			writeEvent(w, msg)
+			writeEvent(w, ex.translate(msg))
 			notes.Close()
 			return
 		case <-notes.Ready():

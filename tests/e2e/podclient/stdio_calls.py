@@ -3,17 +3,17 @@ tests/e2e/test_gateway_mcp.py (run by the MCP image's Python, this file mounted 
 
     python3 stdio_calls.py --time URL --memory URL --everything URL --final-generation 2
 
-For each server and each of two `Client` modes ("auto", the SDK's default: it probes for the
-stateless 2026-07-28 era, which the bridge refuses, and falls back to the initialize handshake;
-"legacy": the handshake at once), ONE `Client` for the whole run (no reconnect of ours), calling a
-tool every --interval seconds:
+For each server and each of two `Client` modes ("auto", the SDK's default: its `server/discover`
+probe is answered by the bridge, so it speaks the stateless 2026-07-28 era; "legacy": the
+initialize handshake, one Mcp-Session-Id), ONE `Client` for the whole run (no reconnect of ours),
+calling a tool every --interval seconds:
 - time (`mcp-server-time`, PyPI): `get_current_time` in UTC;
 - memory (`@modelcontextprotocol/server-memory`, npm): `create_entities` of one entity, then
   `read_graph` (how many entities the graph holds: the file lives on an emptyDir, so a new
   generation starts with an empty graph);
-- everything (`@modelcontextprotocol/server-everything`, npm): `echo`; and, on the "legacy"
-  session, once every loop has --warm answers, one `trigger-long-running-operation` of --long
-  seconds with a progress callback (the long call across the handoff).
+- everything (`@modelcontextprotocol/server-everything`, npm): `echo`; and, on each of its two
+  Clients, once every loop has --warm answers, one `trigger-long-running-operation` of --long
+  seconds with a progress callback (the long call across the handoff, in each era).
 Every answer's `Baton-Generation` (the gateway's header) is recorded per loop. It stops once
 every loop has --after answers from generation --final-generation or later and the long call
 ended, or after --max-seconds. One JSON line per event; the last is {"ev": "summary", ...}.
@@ -33,9 +33,10 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-# The SDK's Client modes: "auto" (its default: a `server/discover` probe, then `initialize` when
-# the server refuses the stateless era, as the bridge does: bridge/README.md) and "legacy" (the
-# handshake at once). Both end in a handshake-era session: the stdio child speaks no other.
+# The SDK's Client modes: "auto" (its default: a `server/discover` probe, which the bridge answers
+# from the child's InitializeResult: the stateless era, no session) and "legacy" (the initialize
+# handshake: a session). The stdio child speaks one handshake-era session whatever the client's era
+# (bridge/README.md).
 MODES = ("auto", "legacy")
 
 
@@ -131,16 +132,18 @@ async def call_loop(a: argparse.Namespace, loop: Loop, c: Client, stop: asyncio.
         await asyncio.sleep(a.interval)
 
 
-async def long_call(a: argparse.Namespace, c: Client, start: asyncio.Event, out: dict[str, Any]) -> None:
+async def long_call(a: argparse.Namespace, era: str, c: Client, start: asyncio.Event,
+                    long_out: dict[str, dict[str, Any]]) -> None:
     await start.wait()
     seen: list[float] = []
+    out: dict[str, Any] = {}
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         seen.append(progress)
-        emit(ev="progress", value=progress, total=total)
+        emit(ev="progress", era=era, value=progress, total=total)
 
     t0 = time.time()
-    emit(ev="long-start")
+    emit(ev="long-start", era=era)
     try:
         answer = text_of(await asyncio.wait_for(c.call_tool(
             "trigger-long-running-operation", {"duration": a.long, "steps": 5},
@@ -149,11 +152,12 @@ async def long_call(a: argparse.Namespace, c: Client, start: asyncio.Event, out:
     except Exception as e:  # noqa: BLE001
         out.update(ok=False, error=describe(e))
     out.update(t0=round(t0, 3), t1=round(time.time(), 3), progress=seen)
-    emit(ev="long-end", **out)
+    long_out[era] = out
+    emit(ev="long-end", era=era, **out)
 
 
 async def run_loop(a: argparse.Namespace, loop: Loop, url: str, stop: asyncio.Event,
-                   start_long: asyncio.Event | None, long_out: dict[str, Any]) -> None:
+                   start_long: asyncio.Event | None, long_out: dict[str, dict[str, Any]]) -> None:
     try:
         async with http_client(loop) as hc, Client(streamable_http_client(url, http_client=hc),
                                                    mode=loop.era) as c:
@@ -161,7 +165,7 @@ async def run_loop(a: argparse.Namespace, loop: Loop, url: str, stop: asyncio.Ev
             emit(ev="session", server=loop.server, era=loop.era)
             tasks = [call_loop(a, loop, c, stop)]
             if start_long is not None:
-                tasks.append(long_call(a, c, start_long, long_out))
+                tasks.append(long_call(a, loop.era, c, start_long, long_out))
             await asyncio.gather(*tasks)
     except Exception as e:  # noqa: BLE001 - the session itself failed
         loop.failed += 1
@@ -174,20 +178,20 @@ async def main(a: argparse.Namespace) -> None:
     urls = {"time": a.time, "memory": a.memory, "everything": a.everything}
     loops = [Loop(server, era) for server in urls for era in MODES]
     stop, start_long = asyncio.Event(), asyncio.Event()
-    long_out: dict[str, Any] = {}
+    long_out: dict[str, dict[str, Any]] = {}  # era -> the long call's outcome
     t_start = time.time()
 
     async def supervise() -> None:
         await asyncio.gather(*(lp.warm.wait() for lp in loops))
         start_long.set()
         while time.time() - t_start < a.max_seconds:
-            if long_out and all(lp.late >= a.after for lp in loops):
+            if len(long_out) == len(MODES) and all(lp.late >= a.after for lp in loops):
                 break
             await asyncio.sleep(0.2)
         stop.set()
 
     runs = [run_loop(a, lp, urls[lp.server], stop,
-                     start_long if (lp.server, lp.era) == ("everything", "legacy") else None, long_out)
+                     start_long if lp.server == "everything" else None, long_out)
             for lp in loops]
     await asyncio.gather(supervise(), *runs)
     emit(ev="summary", timed_out=time.time() - t_start >= a.max_seconds, long=long_out, loops=[{

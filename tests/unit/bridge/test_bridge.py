@@ -216,17 +216,6 @@ def test_a_server_to_client_request_is_answered_with_an_error(bridges: BridgeFac
     assert any(r["msg"].startswith("the child sent a server-to-client request") for r in bridge.log_records())
 
 
-def test_a_stateless_era_request_is_told_the_supported_versions(bridges: BridgeFactory) -> None:
-    bridge = bridges.start()
-    answer = bridge.post({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}},
-        headers={"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"})
-    assert answer.status == 400
-    error = answer.messages[0]["error"]
-    assert error["code"] == -32022
-    assert error["data"] == {"supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"], "requested": "2026-07-28"}
-
-
 def test_delete_ends_a_session(bridges: BridgeFactory) -> None:
     bridge = bridges.start()
     session = bridge.initialize()

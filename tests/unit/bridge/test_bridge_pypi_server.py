@@ -1,6 +1,6 @@
 """A real stdio server from PyPI (mcp-server-time, unmodified) through baton-bridge, called by
-the official MCP Python SDK client (its default mode: the 2026-07-28 `server/discover` probe,
-answered by the bridge with the handshake versions, then the initialize handshake)."""
+the official MCP Python SDK client in the handshake era (mode "legacy": the initialize handshake;
+the stateless era's calls of the same server: test_bridge_stateless.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_mcp_server_time_answers_through_the_bridge(bridges: BridgeFactory) -> N
 
     async def calls() -> tuple[str, str, str]:
         async with asyncio.timeout(60):
-            async with mcp_client.Client(f"http://127.0.0.1:{bridge.port}/mcp") as client:
+            async with mcp_client.Client(f"http://127.0.0.1:{bridge.port}/mcp", mode="legacy") as client:
                 tools = await client.list_tools()
                 result = await client.call_tool("get_current_time", {"timezone": "UTC"})
                 init = client.session.initialize_result
