@@ -8,7 +8,9 @@ client itself over stdio. Three parts, each side by side so that the machine's n
    stdio to its own child, and over streamable HTTP through the bridge. CALLS `tools/call
    get_current_time` each, one at a time, interleaved call by call (the order swapped every pair).
    Printed: p50/p95 of each side, the added p50/p95 (bridge minus direct) and the median of the
-   pair-by-pair differences (robust to a drift of the machine's speed during the run).
+   pair-by-pair differences (robust to a drift of the machine's speed during the run). The same
+   again with the bridge's client in the stateless era (`mode="2026-07-28"`: no session, the
+   envelope on every request, translated by the bridge onto the child's one session).
 2. The bridge's own hop, no SDK on either side: raw JSON-RPC lines on a third child's stdin/stdout
    against raw POSTs on one kept-alive HTTP/1.1 connection to the bridge (Accept JSON). The SDK's
    HTTP transport costs the client more than its stdio one; this figure is what the bridge adds.
@@ -51,6 +53,7 @@ TOOL = "get_current_time"
 ARGUMENTS = {"timezone": "UTC"}
 PROTOCOL_VERSION = "2025-11-25"
 TARGET_ADDED_P50_MS = 1.0
+STATELESS = "2026-07-28"  # the SDK Client's mode that adopts the stateless era without a probe
 TARGET_RSS_MIB = 20.0
 
 
@@ -337,7 +340,8 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
             say(f"bridge ready on 127.0.0.1:{bridge.port}, pid {pid}, VmRSS {status_kib(pid, 'VmRSS') / 1024:.1f} MiB idle")
             params = StdioServerParameters(command=SERVER[0], args=SERVER[1:])
             async with Client(params, mode="legacy") as direct, \
-                    Client(f"http://127.0.0.1:{bridge.port}/mcp", mode="legacy") as via:
+                    Client(f"http://127.0.0.1:{bridge.port}/mcp", mode="legacy") as via, \
+                    Client(f"http://127.0.0.1:{bridge.port}/mcp", mode=STATELESS) as via_stateless:
                 sampler = RssSampler(pid)
                 sampler.start()
                 cpu0, calls0 = cpu_seconds(pid), 0
@@ -346,6 +350,14 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
                 sdk = added(direct=d, bridge=b)
                 out["sdk"] = dataclasses.asdict(sdk)
                 for line in added_lines(f"SDK client, {args.calls} calls each, interleaved", sdk):
+                    say(line)
+                # The same against the stateless era (2026-07-28: no session, the envelope on every
+                # request, translated by the bridge onto the child's one session).
+                d, b = await sdk_latency(direct=direct, bridge=via_stateless, calls=args.calls)
+                calls0 += len(b) + min(50, args.calls)
+                stateless = added(direct=d, bridge=b)
+                out["sdk_stateless"] = dataclasses.asdict(stateless)
+                for line in added_lines(f"SDK client in the {STATELESS} era, {args.calls} calls each, interleaved", stateless):
                     say(line)
 
                 d, b, h = await asyncio.to_thread(raw_latency, port=bridge.port, calls=args.calls)
@@ -384,7 +396,8 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
             out.update(rss_peak_mib=rss_peak, hwm_mib=hwm, bridge_cpu_us_per_call=cpu / max(calls0, 1) * 1e6)
             say(f"bridge RSS under load: peak VmRSS {rss_peak:.1f} MiB ({sampler.samples} samples), VmHWM {hwm:.1f} MiB; "
                 f"CPU {cpu:.2f} s for {calls0} calls ({out['bridge_cpu_us_per_call']:.0f} us a call)")
-            say(f"targets: added p50 <= {TARGET_ADDED_P50_MS:g} ms (SDK {sdk.added_p50:+.3f}, raw {raw.added_p50:+.3f}); "
+            say(f"targets: added p50 <= {TARGET_ADDED_P50_MS:g} ms (SDK {sdk.added_p50:+.3f}, SDK {STATELESS} "
+                f"{stateless.added_p50:+.3f}, raw {raw.added_p50:+.3f}); "
                 f"RSS <= {TARGET_RSS_MIB:g} MiB (VmHWM {hwm:.1f})")
         finally:
             bridge.stop()

@@ -44,6 +44,7 @@ def test_the_bench_runs_at_a_tiny_count() -> None:
                                   "--concurrency", "2", "--max-seconds", "120"]) == 0
     text = out.getvalue()
     assert "SDK client, 5 calls each" in text and "raw JSON-RPC" in text and "throughput" in text, text
+    assert "SDK client in the 2026-07-28 era, 5 calls each" in text, text
     assert "VmHWM" in text, text
     # Whatever it started is gone: no child of this process left (the bridge, its child, the two
     # direct children).
