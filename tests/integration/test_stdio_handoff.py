@@ -10,8 +10,8 @@ for it within the pod's grace, as a kubelet does.
   with it), then the child gets EOF before any signal.
 - A child ignoring EOF is SIGTERMed after eofSeconds and SIGKILLed after termSeconds, within the
   pod's grace.
-- Two clients at once, through the gateway, across a handoff: neither ever sees the other's
-  answers, and each keeps its session."""
+- Two clients at once, one per protocol era, through the gateway, across a handoff: neither ever
+  sees the other's answers, and the handshake client keeps its session."""
 from __future__ import annotations
 
 import datetime
@@ -74,16 +74,28 @@ def hand_off(rts: Runtimes, n: int) -> None:
     rts.patch("tool", {"spec": {"stdio": {"args": [f"--handoff-{n}"]}}})
 
 
-class Mcp:
-    """An MCP client over HTTP (handshake era) at `address`:`port` with Host `host`: the gateway,
-    or a bridge directly."""
+STATELESS = "2026-07-28"
 
-    def __init__(self, address: str, port: int, host: str) -> None:
+
+class Mcp:
+    """An MCP client over HTTP at `address`:`port` with Host `host` (the gateway, or a bridge
+    directly): of the handshake era (initialize, a session), or with `stateless` of the 2026-07-28
+    era (no session; the envelope in every request's _meta and headers)."""
+
+    def __init__(self, address: str, port: int, host: str, *, stateless: bool = False) -> None:
         self.address, self.port, self.host = address, port, host
         self.session = ""
+        self.stateless = stateless
 
     def post(self, doc: dict[str, Any], *, timeout: float = 60) -> Reply:
         headers = {"Accept": ACCEPT, **({"Mcp-Session-Id": self.session} if self.session else {})}
+        if self.stateless and "id" in doc:
+            params = doc.setdefault("params", {})
+            params["_meta"] = {**params.get("_meta", {}), "io.modelcontextprotocol/protocolVersion": STATELESS,
+                               "io.modelcontextprotocol/clientCapabilities": {}}
+            headers.update({"MCP-Protocol-Version": STATELESS, "Mcp-Method": doc["method"]})
+            if doc["method"] == "tools/call":
+                headers["Mcp-Name"] = params["name"]
         return call(self.port, self.host, body=json.dumps(doc).encode(), headers=headers, timeout=timeout,
                     address=self.address)
 
@@ -244,17 +256,18 @@ def test_a_child_ignoring_eof_is_ended_at_the_grace(operators: Callable[..., Ope
 def test_two_clients_at_once_never_see_each_others_answers_across_a_handoff(
         operators: Callable[..., OperatorProcess], gateways: Callable[..., GatewayProcess], rts: Runtimes,
         namespace: str, fleet: ToolFleet) -> None:
-    """Through the gateway (spec.service.gateway): two sessions on the one child, the same request
-    ids, calls at once, and a handoff in the middle (their calls held, re-bound to g2)."""
+    """Through the gateway (spec.service.gateway): two clients on the one child, one per protocol
+    era (a handshake session, and a stateless 2026-07-28 client the bridge serves on the child's
+    one session), the same request ids, calls at once, and a handoff in the middle (their calls
+    held; the session re-bound to g2, the stateless calls simply sent there)."""
     operators("op-a", env={"BATON_IMAGE": IMAGE})
     gw = gateways("gw-a")
     rts.create(stdio_runtime(port=fleet.port, gateway=True, eof=1, term=1,
                              budgets={"drainSeconds": 10, "terminationGraceSeconds": 6}))
     rts.wait_ready("tool", 1)
     serving_bridge(fleet, 1)
-    clients = {name: Mcp("127.0.0.1", gw.port, f"tool.{namespace}") for name in ("a", "b")}
-    sessions = {name: c.initialize() for name, c in clients.items()}
-    assert sessions["a"] != sessions["b"]
+    clients = {name: Mcp("127.0.0.1", gw.port, f"tool.{namespace}", stateless=name == "b") for name in ("a", "b")}
+    sessions = {"a": clients["a"].initialize(), "b": ""}  # b: no session in its era
     answers: dict[str, list[tuple[int, Reply | Exception]]] = {name: [] for name in clients}
     stop = threading.Event()
 
@@ -297,6 +310,8 @@ def test_two_clients_at_once_never_see_each_others_answers_across_a_handoff(
             assert message(r)["id"] == n, f"client {name} call {n} got the answer to {message(r)['id']}"
             echoed = tool_json(r)
             assert echoed["arguments"] == {"client": name, "n": n}, f"client {name} got {echoed}"
+            if clients[name].stateless:  # answered in its era (the bridge's translation)
+                assert message(r)["result"]["resultType"] == "complete", message(r)
             child_ids[r.generation].add(echoed["received_id"])
         assert clients[name].session == sessions[name]
     total = sum(len(got) for got in answers.values())
