@@ -19,7 +19,7 @@ import baton
 from baton import clock as clock_mod
 from baton import faults as faults_mod
 from baton import controller as controller_mod
-from baton import metrics, server
+from baton import collectors, metrics, server
 from baton import settings as settings_mod
 from baton.k8s import claims, client, runtimes
 
@@ -125,8 +125,8 @@ async def on_startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         raise
     if not controller.started:
         await controller.prepare()  # one bounded list (sharded only), before anything is held
-        metrics.REGISTRY.register(metrics.RuntimeCollector(controller.runtime_gauges, idle=controller.idle_runtimes))
-        metrics.REGISTRY.register(metrics.QueueCollector(controller.running))
+        metrics.REGISTRY.register(collectors.RuntimeCollector(controller.runtime_gauges, idle=controller.idle_runtimes))
+        metrics.REGISTRY.register(collectors.QueueCollector(controller.running))
         controller.start()
         # The views fill in the background: kopf cancels an unfinished startup activity on
         # SIGTERM and then skips cleanup, so nothing after controller.start() may wait here

@@ -22,14 +22,15 @@ import time
 from typing import Any, Callable, Iterable
 
 from baton import clock as clock_mod
-from baton import drainprobe, execute, exporter, hookcall, hooking, metrics, probing, reconcile, sealing, triggers
+from baton import drainprobe, execute, exporter, hookcall, hooking, metrics, probing, reconcile, replicashare, sealing
+from baton import triggers
 from baton import faults as faults_mod
 from baton import queue as queue_mod
 from baton import settings as settings_mod
 from baton.cache import snapshot, store, views as views_mod
-from baton.k8s import client, gateways, labels
+from baton.k8s import client, gateways
 from baton.k8s import runtimes as runtimes_api
-from baton.model import names, shardhash
+from baton.model import names
 from baton.model import observed as observed_mod
 from baton.sharding import keeper as shard_keeper
 from baton.sharding import ranges as ranges_mod
@@ -41,8 +42,6 @@ Key = tuple[str, str]
 MAX_PASSES_PER_TURN = 25
 # A runtime whose range's renewals are late is looked at again after this long.
 RANGE_LAPSE_RETRY_SECONDS = 1.0
-# How often the watches of ranges this replica no longer needs are stopped.
-UNWATCH_PERIOD_SECONDS = 1.0
 
 
 class Controller:
@@ -86,14 +85,11 @@ class Controller:
                                                                    observer=metrics.QueueObserver())
         self.backoff: queue_mod.Backoff[Key] = queue_mod.Backoff()
         self.budget: queue_mod.PassBudget[Key] = queue_mod.PassBudget()
-        # Sharding (BATON_SHARD_RANGES): this replica tries only the runtimes in the ranges it
-        # holds; each step still takes the runtime's own Lease, so a range move is never unsafe.
-        self.ranges: shard_keeper.RangeKeeper | None = None
-        if settings.shard_ranges:
-            self.ranges = shard_keeper.RangeKeeper(
-                identity=settings.identity, namespace=settings.system_namespace, ranges=settings.shard_ranges,
-                lease_seconds=settings.lease_seconds, clock=clock,
-                on_gained=self._range_gained, on_lost=self._range_lost)
+        # Sharding (BATON_SHARD_RANGES): which runtimes this replica tries (baton.replicashare).
+        self.share = replicashare.ReplicaShare(
+            settings=settings, clock=clock, views=self.views, held=held, queue=self.queue, wake=self.wake,
+            forget=lambda key: self.reconciler.forget(key))
+        self.ranges = self.share.ranges
         self.shutting_down = False
         self.started = False
         self.busy = 0
@@ -147,7 +143,7 @@ class Controller:
         v.start(client.open_watches(informers=v.informer_count()))
         if self.ranges is not None:
             self.ranges.start()
-            self._unwatching = asyncio.create_task(self._unwatch_forever(), name="baton range watches")
+            self._unwatching = asyncio.create_task(self.share.unwatch_forever(), name="baton range watches")
         for i in range(self.settings.workers):
             self._workers.append(asyncio.create_task(self._work(), name=f"baton worker {i}"))
         self._resync = asyncio.create_task(self._resync_forever(), name="baton resync")
@@ -164,7 +160,7 @@ class Controller:
         period = float(self.settings.resync_seconds)
         while not self.shutting_down:
             await asyncio.sleep(period)
-            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items()) if self._mine_runtime(rt)]
+            keys = [store.key_of(rt) for rt in list(self.views.runtimes.items()) if self.share.mine_runtime(rt)]
             for key, delay in triggers.resync(keys, period=period, draw=random.random):
                 if not self.shutting_down:
                     self.queue.add_after(key, delay)
@@ -172,126 +168,15 @@ class Controller:
 
     def wake(self, namespace: str, name: str) -> None:
         key = (namespace, name)
-        if key in self.executor.leases.held or (not self.shutting_down and self._mine(key)):
+        if key in self.executor.leases.held or (not self.shutting_down and self.share.mine(key)):
             self.queue.add(key)
-
-    # --- sharding: which runtimes this replica tries ---------------------------------------------
-
-    def _standing(self, key: Key) -> shard_keeper.Standing:
-        """Without sharding, every runtime is MINE; with it, by the range it falls in (a runtime
-        not in view is MINE: its pass finds it gone). A range whose views are not filled yet
-        (just gained: its objects are being listed) counts as LAPSED: nothing is decided on a
-        view that may still miss a pod."""
-        if self.ranges is None:
-            return shard_keeper.Standing.MINE
-        rt = self.views.runtimes.get(*key)
-        if rt is None:
-            return shard_keeper.Standing.MINE
-        uid = _uid(rt)
-        standing = self.ranges.standing(uid)
-        if standing == shard_keeper.Standing.MINE and not self.views.range_synced(self.ranges.range_of(uid)):
-            return shard_keeper.Standing.LAPSED
-        return standing
-
-    def _mine(self, key: Key) -> bool:
-        """Worth queueing: MINE, or LAPSED (its range may come back; _turn waits for it)."""
-        return self._standing(key) != shard_keeper.Standing.OTHER
-
-    def _mine_runtime(self, rt: dict[str, Any]) -> bool:
-        if self.ranges is None:
-            return True
-        uid = _uid(rt)
-        return self.ranges.owns(uid) and self.views.range_synced(self.ranges.range_of(uid))
-
-    def _in_range(self, index: int) -> list[Key]:
-        assert self.ranges is not None
-        ranges = self.ranges
-        return [store.key_of(rt) for rt in list(self.views.runtimes.items())
-                if ranges.range_of(_uid(rt)) == index]
-
-    def _range_gained(self, index: int) -> None:
-        # Its objects listed and watched from now on (kept if still watched since it was lost);
-        # its runtimes wait (LAPSED) until those views are filled, then their events wake them.
-        self.views.start_range(index)
-        for key in self._in_range(index):
-            self.wake(*key)
-
-    def _held_ranges(self) -> set[int]:
-        """The ranges of the runtimes whose Lease this replica holds."""
-        assert self.ranges is not None
-        out: set[int] = set()
-        for key in list(self.executor.leases.held):
-            rt = self.views.runtimes.get(*key)
-            if rt is not None:
-                out.add(self.ranges.range_of(_uid(rt)))
-        return out
-
-    async def _unwatch_forever(self) -> None:
-        """Stop watching a range once it is neither held (fresh or lapsed) nor the range of a
-        runtime whose Lease this replica still holds: the pass that hands such a Lease back
-        needs that runtime's objects in view."""
-        assert self.ranges is not None
-        while True:
-            await asyncio.sleep(UNWATCH_PERIOD_SECONDS)
-            for index in sorted(self.views.watched_ranges()):
-                # Judged again right before each stop: one gained back while an earlier stop
-                # awaited is kept (stop_range forgets a range before its first await).
-                if index in self.ranges.held or index in self._held_ranges():
-                    continue
-                leaving = self._in_range(index)
-                try:
-                    await self.views.stop_range(index)
-                except Exception:  # never the end of this loop; the next second tries again
-                    log.exception("stopping the watches of range %d failed", index)
-                    continue
-                # Their memory goes with them (no Lease of theirs is held here: checked above).
-                for key in leaving:
-                    if key not in self.executor.leases.held:
-                        self.reconciler.forget(key)
-                log.info("stopped watching range %d of %d", index, self.ranges.ranges)
-
-    def _range_lost(self, index: int) -> None:
-        # Runtimes of the range this replica holds the Lease of: one more turn hands it back.
-        held = self.executor.leases.held
-        for key in self._in_range(index):
-            if key in held:
-                self.queue.add(key)
-
-    async def _adopt(self, key: Key) -> None:
-        """Label the runtime's objects an older version made without its hash bucket (its pods,
-        Service, Baton's EndpointSlice), so they move from every replica's view of unlabelled
-        objects to the owner's range view. Only the owner does this; a failure is tried again at
-        the next pass (the unlabelled view keeps showing them to every replica meanwhile)."""
-        rt = self.views.runtimes.get(*key)
-        if rt is None:
-            return
-        ns, name = key
-        uid = _uid(rt)
-        found: list[tuple[str, dict[str, Any]]] = [("Pod", pd) for pd in self.views.pods.by_label(ns, name)]
-        for kind, obj in (("Service", self.views.services.get(ns, name)),
-                          ("EndpointSlice", self.views.slices.get(ns, names.gateway_slice_name(name)))):
-            if obj is not None:
-                found.append((kind, obj))
-        for kind, obj in found:
-            meta = obj.get("metadata") or {}
-            if not views_mod.unlabelled(obj) or uid not in {ref.get("uid") for ref in meta.get("ownerReferences") or []}:
-                continue
-            try:
-                patched = await labels.add_hash_bucket(kind=kind, namespace=ns, name=str(meta.get("name")),
-                                                       uid=str(meta.get("uid")), bucket=shardhash.hash_bucket(uid))
-            except Exception as exc:  # the next pass tries again
-                log.warning("%s %s/%s not labelled with its hash bucket: %s", kind, ns, meta.get("name"),
-                            client.short(exc), extra={"runtime": f"{ns}/{name}"})
-                continue
-            if patched is not None:
-                self.views.apply(patched, kind)
 
     def _listener(self, trigger: triggers.Trigger) -> store.Listener:
         def listener(old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
             for key, delay in trigger(old, new):
                 if delay <= 0:
                     self.wake(*key)
-                elif not self.shutting_down and self._mine(key):
+                elif not self.shutting_down and self.share.mine(key):
                     self.queue.add_after(key, delay)
         return listener
 
@@ -327,7 +212,7 @@ class Controller:
         """Passes of one runtime while they ask to act at once; then its wait becomes a wake-up."""
         ns, name = key
         for _ in range(MAX_PASSES_PER_TURN):
-            standing = self._standing(key)
+            standing = self.share.standing(key)
             holding = key in self.executor.leases.held
             if standing == shard_keeper.Standing.OTHER and not holding:
                 return  # another replica's runtime: it tries it
@@ -342,7 +227,7 @@ class Controller:
                 self.queue.add_rate_limited(key, throttle)
                 return
             if standing == shard_keeper.Standing.MINE and self.ranges is not None:
-                await self._adopt(key)
+                await self.share.adopt(key)
             started = time.monotonic()
             try:
                 # Not this replica's any more but its Lease held: like a shutdown, the transition
@@ -414,7 +299,7 @@ class Controller:
         the per-runtime series (as runtime_gauges: sharded, each its own ranges'); None elsewhere."""
         if self.ranges is None and not self.exporter.active():
             return None
-        return sum(1 for rt in list(self.views.runtimes.items()) if is_idle(rt) and self._mine_runtime(rt))
+        return sum(1 for rt in list(self.views.runtimes.items()) if is_idle(rt) and self.share.mine_runtime(rt))
 
     def runtime_gauges(self) -> Iterable[tuple[str, str, dict[str, str], float | None, float | None]]:
         """Every runtime's last status, on the replica that reports them (baton.exporter); none elsewhere.
@@ -425,7 +310,7 @@ class Controller:
         for (ns, name), last in list(self.reconciler.last_status.items()):
             if self.ranges is not None:
                 rt = self.views.runtimes.get(ns, name)
-                if rt is None or not self._mine_runtime(rt):
+                if rt is None or not self.share.mine_runtime(rt):
                     continue
             yield ns, name, last.conditions, last.started, last.budget_sum if last.started is not None else None
 
@@ -460,10 +345,6 @@ def wake_demanded(old: dict[str, Any] | None, new: dict[str, Any] | None) -> lis
         return []
     listed = gateways.wake_demand(new)
     return [((ns, name), 0.0) for ns, name in sorted(tuple(k.split("/", 1)) for k in listed)]
-
-
-def _uid(rt: dict[str, Any]) -> str:
-    return str((rt.get("metadata") or {}).get("uid") or "")
 
 
 def pass_result(result: reconcile.Result) -> metrics.PassResult:

@@ -7,5 +7,5 @@ It reads the same views as the operator and never decides a lifecycle step (an i
 contract keeps ``baton.lifecycle`` and ``baton.execute`` out): a call is forwarded to the pod the
 runtime's status names as current, labelled serving, Ready, not sealed; held while a transition
 is under way; refused with the reason otherwise. ``route`` is the pure part (Host parsing,
-headers, the forwarding decision, refusal bodies).
+the forwarding decision, refusal bodies), with ``hygiene`` (hop-by-hop headers, smuggling).
 """

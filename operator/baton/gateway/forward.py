@@ -24,7 +24,7 @@ from aiohttp import web
 
 from baton.gateway import budget as budget_mod
 from baton.gateway import listing
-from baton.gateway import gwmetrics, http1, refusals, route, sessions
+from baton.gateway import gwmetrics, http1, http1conn, hygiene, refusals, route, sessions
 from baton.gateway import state as state_mod
 from baton.gateway import upstream as upstream_mod
 from baton.gateway import websocket as ws_mod
@@ -153,7 +153,7 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
             log.debug("connect to %s:%s (%s/%s g%s) failed: %s", d.ip, d.port, *target_key(target), d.generation, exc,
                      extra={"runtime": "/".join(target_key(target))})
             return None
-        except (http1.UpstreamFailed, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+        except (http1conn.UpstreamFailed, aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
             # Sent (maybe in part), no answer in time or the pod failed: never sent again, a
             # tool call need not be idempotent (http1 alone writes an idempotent call once more,
             # when a reused connection closed as it was written and no byte came back).
@@ -172,9 +172,9 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
                 # would reach the client undone and unnamed. Rare enough to refuse, never to pass on.
                 gwmetrics.UPSTREAM_ERRORS.labels(kind="request").inc()
                 return up.upstream_failed(request, target, d, None,
-                                          http1.UpstreamFailed(f"the transfer coding {coding!r}"))
+                                          http1conn.UpstreamFailed(f"the transfer coding {coding!r}"))
             # Baton-Reason is the gateway's word alone: a pod's own is not passed on.
-            back = route.end_to_end(answer.headers, also_drop=POD_DROP)
+            back = hygiene.end_to_end(answer.headers, also_drop=POD_DROP)
             if held_ms is not None:
                 back.append((names.HEADER_HELD_MS, held_ms))
             sid = next((v for k, v in answer.headers if k.lower() == SESSION_HEADER_LOWER), None)
@@ -208,10 +208,10 @@ async def forward(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, 
 
 
 async def _send_in_hand(up: Upstreams, request: web.BaseRequest, d: route.Forward, *, body: bytes | None,
-                        headers: list[tuple[str, str]]) -> http1.Connection:
+                        headers: list[tuple[str, str]]) -> http1conn.Connection:
     """A call whose body is in hand (or absent): written whole on a pooled connection."""
     assert up.pool is not None
-    up_headers = route.end_to_end(headers, also_drop=IN_HAND_DROP)
+    up_headers = hygiene.end_to_end(headers, also_drop=IN_HAND_DROP)
     up_headers.append(("X-Forwarded-For", request.remote or ""))
     head = http1.request_head(method=request.method, target=request.raw_path, headers=up_headers,
                               body_size=len(body) if body is not None else None)
@@ -234,7 +234,7 @@ async def _send_streamed(up: Upstreams, request: web.BaseRequest, d: route.Forwa
                          headers: list[tuple[str, str]], in_hand: bool) -> upstream_mod.Answer:
     """A streamed upload (or HEAD): aiohttp's client, its read timer re-armed per chunk."""
     assert up.session is not None
-    up_headers = route.end_to_end(headers, also_drop=SET_BY_CLIENT if body is not None else STREAMED_DROP)
+    up_headers = hygiene.end_to_end(headers, also_drop=SET_BY_CLIENT if body is not None else STREAMED_DROP)
     up_headers.append(("X-Forwarded-For", request.remote or ""))
     started = [False]
     data: Any = body if body is not None else (_stream_body(up, request, started) if request.body_exists else None)
@@ -282,7 +282,7 @@ async def _answer_streamed(up: Upstreams, request: web.BaseRequest, answer: upst
             try:
                 async with asyncio.timeout(idle):
                     chunk = await answer.read_chunk()
-            except (http1.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+            except (http1conn.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
                 if opened is not None and opened.ended:
                     chunk = b""  # ended at the seal: a clean end of stream
                 else:
@@ -349,7 +349,7 @@ async def _answer_whole(up: Upstreams, request: web.BaseRequest, answer: upstrea
     try:
         async with asyncio.timeout(None if answer.arrived() else idle):
             data = await answer.read_whole()
-    except (http1.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
+    except (http1conn.UpstreamFailed, aiohttp.ClientError, asyncio.TimeoutError, ConnectionError) as exc:
         _ended_early("answer", target, d, exc)
         return refusals.refusal(route.Refuse(route.Reason.UPSTREAM_ERROR, 0,
                                              f"the pod of generation {d.generation} failed: {type(exc).__name__}",

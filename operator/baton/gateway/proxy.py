@@ -19,7 +19,8 @@ from typing import Any, Callable
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import budget, clients, forward, gwmetrics, idle, refusals, registrar, route, sessions
+from baton.gateway import budget, clients, forward, gwmetrics, hygiene, idle, refusals, registrar, route, sessionbind
+from baton.gateway import sessions
 from baton.gateway import state as state_mod
 from baton.gateway import views as views_mod
 from baton.model import names
@@ -59,6 +60,8 @@ class Proxy:
         self.shutting_down = False
         self.upstreams = forward.Upstreams(settings=settings, state=state)
         self.upstreams.runtime_of = views.runtime  # an answer's ttlMs is capped in a transition
+        self.binder = sessionbind.Binder(settings=settings, views=views, state=state, upstreams=self.upstreams,
+                                         keys=self.session_keys)
         gwmetrics.watch_buffered_bytes(lambda: float(state.buffered_bytes))
         self.ledger = budget.Ledger(state=state, max_held_per_runtime=settings.max_held_per_runtime,
                                     max_held_total=settings.max_held_total,
@@ -123,7 +126,7 @@ class Proxy:
 
     async def _handle(self, request: web.BaseRequest, ticket: budget.Ticket) -> web.StreamResponse:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.raw_headers]
-        why = route.smuggling(headers)
+        why = hygiene.smuggling(headers)
         if not why and not request.raw_path.startswith("/"):
             # Absolute-form ("GET http://host/ ...") names an authority the pod might read
             # instead of the Host the call was routed by; "*" means nothing to a tool.
@@ -203,7 +206,7 @@ class Proxy:
                 d = self.decide(target, excluded)
                 if isinstance(d, route.Refuse):
                     return await self._refuse(request, d, target=target, body=body, ticket=ticket)
-                gone = self._session_gone(session_id, target, d) if sealed is None else None
+                gone = self.binder.session_gone(session_id, target, d) if sealed is None else None
                 if gone is not None:
                     return await self._refuse(request, gone, target=target, body=body, ticket=ticket)
                 if isinstance(d, route.Forward):
@@ -211,12 +214,12 @@ class Proxy:
                     if not forwardable(held=held_since is not None, client_waiting=waiting):
                         raise ClientGone()  # a call nobody waits for is never run
                     outcome = "held_then_forwarded" if held_since is not None else "forwarded"
-                    send_headers, binding = headers, self._initialize_binding(target, body)
+                    send_headers, binding = headers, self.binder.initialize_binding(target, body)
                     result: web.StreamResponse | None = None
                     replay_refused = False  # the pod refused the replay's connection: decided again
                     if sealed is not None and session_id is not None:
-                        bound = await self._bind(request, sealed, session_id=session_id, target=target, d=d,
-                                                 headers=headers, body=body)
+                        bound = await self.binder.bind(request, sealed, session_id=session_id, target=target, d=d,
+                                                       headers=headers, body=body)
                         if isinstance(bound, web.StreamResponse):
                             return bound
                         replay_refused = bound is None
@@ -270,7 +273,7 @@ class Proxy:
                         return refusals.refusal(route.Refuse(
                             route.Reason.WAKE_TIMEOUT, d.wake_seconds,
                             f"the idle runtime did not wake within spec.idle.wakeSeconds={d.wake_seconds}",
-                            _generation(runtime)), target=target, body=body)
+                            route.current_generation(runtime)), target=target, body=body)
                     return self._past_admission(runtime, d.why, target=target, body=body)
                 pause = min(remaining, CONNECT_RETRY_SECONDS) if _is_connect_retry(d) else remaining
                 try:
@@ -299,7 +302,7 @@ class Proxy:
         return refusals.refusal(route.Refuse(
             route.Reason.IDLE, d.wake_seconds,
             "the runtime is idle: only a JSON-RPC request other than ping wakes it (health checks and ping do not)",
-            _generation(self.views.runtime(target.namespace, target.runtime))), target=target, body=body)
+            route.current_generation(self.views.runtime(target.namespace, target.runtime))), target=target, body=body)
 
     async def _forward(self, request: web.BaseRequest, d: route.Forward, *, target: route.Target, body: bytes | None,
                        websocket: bool, headers: list[tuple[str, str]], outcome: str, held_since: float | None,
@@ -365,122 +368,13 @@ class Proxy:
         hook = route.hook_failed(runtime)
         if hook is not None:
             # The operator's own failure holds it, not a slow transition: said (issue 45).
-            return refusals.refusal(route.Refuse(route.Reason.HOOK_FAILED, 30, hook, _generation(runtime)),
+            return refusals.refusal(route.Refuse(route.Reason.HOOK_FAILED, 30, hook, route.current_generation(runtime)),
                                     target=target, body=body)
         return refusals.refusal(route.Refuse(
             route.Reason.TRANSITIONING, 1,
             f"no generation served within budgets.admissionSeconds={route.admission_seconds(runtime)} ({why})",
-            _generation(runtime)), target=target, body=body)
-
-    # --- sessions (baton.gateway.sessions) ---------------------------------------------------
-    def _initialize_binding(self, target: route.Target, body: bytes | None) -> sessions.Binding | None:
-        """An initialize under Rebind: its answer's session id is sealed into the gateway's own."""
-        if body is None or not forward.is_initialize(body):
-            return None
-        if sessions.mode_of(self.views.runtime(target.namespace, target.runtime)) is not sessions.Mode.REBIND:
-            return None
-        return sessions.Binding(initialize=body, key=self.session_keys.current())
-
-    async def _bind(self, request: web.BaseRequest, sealed: sessions.Sealed, *, session_id: str, target: route.Target,
-                    d: route.Forward, headers: list[tuple[str, str]],
-                    body: bytes | None) -> list[tuple[str, str]] | web.Response | None:
-        """The call's headers under the backend session of the serving pod `d` (re-bound first if
-        the pod that issued the session is not `d`), the answer when there is none, or None when
-        the pod refused the replay's connection (decided again, as a refused forward is)."""
-        fp = sessions.fingerprint(session_id)
-        k = (target.namespace, target.runtime, fp)
-        if d.uid == sealed.pod_uid:
-            backend = sealed.backend
-        else:
-            found = self.state.rebinds.get(k, d.uid)
-            if found is not None:
-                backend = found
-            elif self.state.rebinds.is_ended(k):
-                return refusals.refusal(route.Refuse(route.Reason.UNKNOWN_SESSION, 0,
-                                                     "session not found: its client ended it (DELETE)", d.generation),
-                                        target=target, body=body)
-            elif sessions.mode_of(self.views.runtime(target.namespace, target.runtime)) is sessions.Mode.EXPIRE:
-                return refusals.refusal(route.Refuse(
-                    route.Reason.UNKNOWN_SESSION, 0,
-                    "session not found: the generation that issued it is gone (spec.service.sessions: Expire); "
-                    "start a new session", d.generation), target=target, body=body)
-            elif request.method == "DELETE":
-                # Its generation is gone, and with it the session: nothing to replay for an end.
-                self.state.rebinds.end(k)
-                resp = web.Response(status=204)
-                resp.headers[names.HEADER_GENERATION] = str(d.generation)
-                return resp
-            else:
-                try:
-                    backend = await self._rebind(k, sealed, d=d, path=request.raw_path, headers=headers)
-                except sessions.ReplayNotConnected:
-                    return None
-                except sessions.ReplayBusy as exc:
-                    return refusals.refusal(route.Refuse(route.Reason.OVERLOADED, 1, str(exc), d.generation),
-                                            target=target, body=body)
-                except sessions.ReplayFailed as exc:
-                    return refusals.refusal(route.Refuse(
-                        route.Reason.SESSION_REPLAY_FAILED, 0,
-                        f"session not found: re-binding it on generation {d.generation} failed: {exc}", d.generation),
-                        target=target, body=body)
-        self.state.session_seen(fp, d.uid)
-        return sessions.with_session(headers, backend)
-
-    async def _rebind(self, k: tuple[str, str, str], sealed: sessions.Sealed, *, d: route.Forward, path: str,
-                      headers: list[tuple[str, str]]) -> str:
-        """The backend id of session `k` on pod `d`, replayed once: calls of the same session that
-        arrive meanwhile wait for that replay (it runs on even if the call that began it goes)."""
-        assert self.pool is not None
-        flight = (*k, d.uid)
-        task = self.state.rebinds.replaying.get(flight)
-        if task is None:
-            async def replay() -> str:
-                try:
-                    backend = await sessions.replay(self.pool, pod=(d.uid, d.ip, d.port), path=path, headers=headers,
-                                                    initialize=sealed.initialize,
-                                                    connect_timeout=self.settings.connect_timeout_seconds)
-                except (sessions.ReplayBusy, sessions.ReplayNotConnected):
-                    raise  # nothing was sent: not a failure of the session
-                except sessions.ReplayFailed:
-                    gwmetrics.SESSIONS_REBOUND.labels(outcome="failed").inc()
-                    raise
-                finally:
-                    self.state.rebinds.replaying.pop(flight, None)
-                gwmetrics.SESSIONS_REBOUND.labels(outcome="rebound").inc()
-                self.state.rebinds.put(k, d.uid, backend)
-                return backend
-            task = self.state.rebinds.replaying[flight] = asyncio.ensure_future(replay())
-            # Its failure is each waiting call's answer; with none left waiting, nobody's.
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-        return await asyncio.shield(task)
-
-    def _session_gone(self, session_id: str | None, target: route.Target, d: route.Decision) -> route.Refuse | None:
-        """An Mcp-Session-Id that a pod of this runtime issued, which cannot answer it any more
-        (another pod serves, or it retires): the MCP answer for an unknown session, 404, at once."""
-        if not session_id:
-            return None
-        issuer = self.state.session_uid((target.namespace, target.runtime), session_id)
-        if issuer is None:
-            return None  # not seen here: the pod decides
-        if isinstance(d, route.Forward):
-            gone = d.uid != issuer
-        else:
-            runtime = self.views.runtime(target.namespace, target.runtime) or {}
-            pods = self.views.pods_of(target.namespace, target.runtime)
-            present = any((p.get("metadata") or {}).get("uid") == issuer for p in pods)
-            gone = not present or issuer in route.retiring_uids(runtime, pods, self.state.sealed)
-        if not gone:
-            return None
-        return route.Refuse(route.Reason.UNKNOWN_SESSION, 0,
-                            "session not found: the generation that issued it is gone; start a new session",
-                            d.generation if isinstance(d, route.Forward) else
-                            _generation(self.views.runtime(target.namespace, target.runtime)))
+            route.current_generation(runtime)), target=target, body=body)
 
 
 def _is_connect_retry(d: route.Decision) -> bool:
     return isinstance(d, route.Hold) and d.why == REFUSED_CONNECT
-
-
-def _generation(runtime: dict[str, Any] | None) -> int | None:
-    g = (((runtime or {}).get("status") or {}).get("current") or {}).get("generation")
-    return g if isinstance(g, int) else None

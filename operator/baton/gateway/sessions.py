@@ -32,7 +32,7 @@ import secrets
 import zlib
 from typing import Any, Callable
 
-from baton.gateway import http1, route
+from baton.gateway import http1, http1conn, hygiene
 from baton.model import names
 
 PREFIX = "bt1."
@@ -253,7 +253,7 @@ async def replay(pool: http1.Pool, *, pod: http1.Key, path: str, headers: list[t
     (verbatim) and `notifications/initialized`, with the headers of the call being re-bound (its
     credentials are the client's now). The new backend id ("" if the server issued none), or
     ReplayFailed saying why. Bounded by REPLAY_SECONDS in all."""
-    base = route.end_to_end(headers, also_drop=REPLAY_DROP)
+    base = hygiene.end_to_end(headers, also_drop=REPLAY_DROP)
     try:
         async with asyncio.timeout(REPLAY_SECONDS):
             head = http1.request_head(method="POST", target=path, body_size=len(initialize), headers=base + [
@@ -297,7 +297,7 @@ async def replay(pool: http1.Pool, *, pod: http1.Key, path: str, headers: list[t
         raise ReplayBusy(f"no connection to the serving pod free: {exc}") from None
     except http1.ConnectFailed as exc:
         raise ReplayNotConnected(f"the serving pod refused the connection: {exc}") from None
-    except (http1.UpstreamFailed, ConnectionError) as exc:
+    except (http1conn.UpstreamFailed, ConnectionError) as exc:
         raise ReplayFailed(f"the serving pod failed the replayed initialize: {type(exc).__name__}: {exc}") from None
 
 

@@ -53,7 +53,7 @@ def multidict_of(pairs: list[tuple[str, str]]) -> multidict.CIMultiDict[str]:
 
 
 class Answer(Protocol):
-    """A pod's answer as the call path reads it: `baton.gateway.http1.Connection` or `AiohttpAnswer`."""
+    """A pod's answer as the call path reads it: `baton.gateway.http1conn.Connection` or `AiohttpAnswer`."""
 
     status: int
     reason: str

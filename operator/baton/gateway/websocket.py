@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from baton.gateway import gwmetrics, refusals, route, upstream
+from baton.gateway import gwmetrics, hygiene, refusals, route, upstream
 from baton.model import names
 
 # Set by the client library for the upstream handshake (Host: the request's, appended).
@@ -33,7 +33,7 @@ async def relay(up: Any, request: web.BaseRequest, d: route.Forward, *, target: 
         return refusals.refusal(route.Refuse(route.Reason.BAD_REQUEST, 0, "not a WebSocket handshake (RFC 6455: "
                                              "GET with Connection: upgrade, Sec-WebSocket-Key and -Version 13)"),
                                 target=target, body=None)
-    up_headers = route.end_to_end(headers, also_drop=SKIP)
+    up_headers = hygiene.end_to_end(headers, also_drop=SKIP)
     up_headers.append(("Host", request.host))
     protocols = tuple(p.strip() for p in request.headers.get("Sec-WebSocket-Protocol", "").split(",") if p.strip())
     url = f"http://{up.resolver.name(d.uid, d.ip)}:{d.port}{request.raw_path}"

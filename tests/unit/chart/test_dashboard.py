@@ -9,7 +9,7 @@ import json
 import pathlib
 import re
 
-from baton import metrics
+from baton import collectors, metrics
 from baton.gateway import gwmetrics  # noqa: F401 - registers the gateway's families
 
 DASHBOARD = pathlib.Path(__file__).resolve().parents[3] / "charts" / "baton" / "dashboards" / "baton.json"
@@ -20,8 +20,8 @@ SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "counter": ("_total",), 
 def _exported() -> set[str]:
     """Every series name a scrape can carry: the registry's, and those computed at scrape time."""
     families = [*metrics.REGISTRY.collect(),
-                *metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)], idle=lambda: 1).collect(),
-                *metrics.QueueCollector(lambda: [1.0]).collect(), *metrics.MemoryLimitCollector().collect()]
+                *collectors.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)], idle=lambda: 1).collect(),
+                *collectors.QueueCollector(lambda: [1.0]).collect(), *collectors.MemoryLimitCollector().collect()]
     names: set[str] = set()
     for family in families:
         names |= {family.name + suffix for suffix in SUFFIXES.get(family.type, ("",))}

@@ -12,7 +12,7 @@ from typing import Any
 from baton import clock as clock_mod
 from baton import controller as controller_mod
 from baton import faults as faults_mod
-from baton import metrics, reconcile
+from baton import collectors, metrics, reconcile
 from baton import settings as settings_mod
 
 RESULTS: dict[str, reconcile.Result] = {
@@ -105,7 +105,7 @@ def test_a_held_worker_shows_as_unfinished_work_until_its_turn_ends() -> None:
         ctl = _controller()
         fake = ScriptedReconciler()
         ctl.reconciler = fake  # type: ignore[assignment]
-        collector = metrics.QueueCollector(ctl.running)
+        collector = collectors.QueueCollector(ctl.running)
         ctl.queue.add(("ns", "hold"))
         worker = asyncio.create_task(ctl._work())
         await asyncio.wait_for(fake.holding.wait(), timeout=10)

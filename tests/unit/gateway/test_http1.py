@@ -1,7 +1,8 @@
-"""baton.gateway.http1 over real loopback sockets, against servers that write exact bytes: the
-answer's framings (length, chunked, until close, 1xx first), connection reuse only after a whole
-answer with keep-alive, a pooled connection the pod closed is never written to, a broken answer
-fails the call and its connection, the pool's bounds, and the request head it writes."""
+"""baton.gateway.http1 (and the baton.gateway.http1conn connections it pools) over real loopback
+sockets, against servers that write exact bytes: the answer's framings (length, chunked, until
+close, 1xx first), connection reuse only after a whole answer with keep-alive, a pooled connection
+the pod closed is never written to, a broken answer fails the call and its connection, the pool's
+bounds, and the request head it writes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
-from baton.gateway import http1
+from baton.gateway import http1, http1conn
 
 Script = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -200,8 +201,8 @@ def test_an_answer_not_read_in_full_closes_its_connection() -> None:
     (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello", "two lengths"),
     (b"NOT HTTP AT ALL\r\n\r\n", "no status line"),
     (b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n", "an upgrade nobody asked for"),
-    (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (http1.MAX_HEAD_BYTES + 10) + b"\r\n\r\n", "a head past the bound"),
-    (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (4 * http1.MAX_HEAD_BYTES), "a header line with no end"),
+    (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (http1conn.MAX_HEAD_BYTES + 10) + b"\r\n\r\n", "a head past the bound"),
+    (b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * (4 * http1conn.MAX_HEAD_BYTES), "a header line with no end"),
 ])
 def test_a_broken_answer_fails_the_call_and_its_connection_is_never_reused(answer: bytes, why: str) -> None:
     async def main() -> None:
@@ -209,7 +210,7 @@ def test_a_broken_answer_fails_the_call_and_its_connection_is_never_reused(answe
         asyncio.get_running_loop().set_exception_handler(lambda _, context: loop_errors.append(context))
         pod = await pod_with(keep_answering(answer))
         pool = http1.Pool(limit=8, keepalive_seconds=30)
-        with pytest.raises(http1.UpstreamFailed):
+        with pytest.raises(http1conn.UpstreamFailed):
             conn = await asyncio.wait_for(pool.call(key=key(pod), data=HEAD, connect_timeout=1.0), 5)
             try:
                 await asyncio.wait_for(conn.read_whole(), 5)
@@ -235,7 +236,7 @@ def test_a_pod_that_closes_before_answering_fails_the_call_after_it_was_sent() -
     async def main() -> None:
         pod = await pod_with(make)
         pool = http1.Pool(limit=8, keepalive_seconds=30)
-        with pytest.raises(http1.UpstreamFailed):
+        with pytest.raises(http1conn.UpstreamFailed):
             await asyncio.wait_for(pool.call(key=key(pod), data=HEAD, connect_timeout=1.0), 5)
         assert len(pod.requests) == 1
         pool.close()
@@ -342,7 +343,7 @@ def test_the_reviews_reproduction_sequential_calls_past_a_short_server_keepalive
         for i in range(16):
             try:
                 await call(pool, pod)
-            except http1.UpstreamFailed:
+            except http1conn.UpstreamFailed:
                 failed += 1
             await asyncio.sleep(0.15 + 0.1 * (i % 2))
         assert (failed, pod.dropped) == (0, 0)
@@ -417,7 +418,7 @@ def test_a_post_is_never_written_twice() -> None:
         pod = await pod_with(drops_the_second_request)
         pool = http1.Pool(limit=8, keepalive_seconds=30)
         await call(pool, pod)
-        with pytest.raises(http1.UpstreamFailed):
+        with pytest.raises(http1conn.UpstreamFailed):
             await call(pool, pod)
         assert (pod.dropped, pod.connections, len(pod.requests)) == (1, 1, 2)
         pool.close()
@@ -444,13 +445,13 @@ def test_a_get_is_not_written_again_when_a_new_connection_fails_or_answer_bytes_
     async def main() -> None:
         pod = await pod_with(closes_at_once)
         pool = http1.Pool(limit=8, keepalive_seconds=30)
-        with pytest.raises(http1.UpstreamFailed):
+        with pytest.raises(http1conn.UpstreamFailed):
             await call(pool, pod, GET)
         assert (pod.connections, len(pod.requests)) == (1, 1)
         await pod.stop()
         pod = await pod_with(half_answers_the_second)
         await call(pool, pod, GET)
-        with pytest.raises(http1.UpstreamFailed):
+        with pytest.raises(http1conn.UpstreamFailed):
             await call(pool, pod, GET)
         assert (pod.connections, len(pod.requests)) == (1, 2)
         pool.close()
@@ -513,7 +514,7 @@ def test_a_reset_during_a_body_delimited_by_the_close_fails_the_call() -> None:
         pod = await pod_with(make)
         pool = http1.Pool(limit=8, keepalive_seconds=30)
         conn = await pool.call(key=key(pod), data=HEAD, connect_timeout=1.0)
-        with pytest.raises(http1.UpstreamFailed):
+        with pytest.raises(http1conn.UpstreamFailed):
             await asyncio.wait_for(conn.read_whole(), 5)
         conn.release()
         pool.close()
@@ -541,15 +542,11 @@ def test_stray_bytes_after_a_whole_answer_deliver_it_and_the_connection_is_not_r
     asyncio.run(main())
 
 
-def test_which_calls_may_be_written_twice_and_the_keep_alive_hint() -> None:
+def test_which_calls_may_be_written_twice() -> None:
     assert http1.replayable(GET) and http1.replayable(PUT) and http1.replayable(KEYED_POST)
     assert not http1.replayable(HEAD)  # a POST: a tool call
     fooled = http1.request_head(method="POST", target="/x", headers=[("X-Note", "idempotency-key: 1")], body_size=0)
     assert not http1.replayable(fooled)  # the name must be a field's own
-    assert http1.keepalive_hint("timeout=5, max=100") == 5.0
-    assert http1.keepalive_hint("max=100, Timeout = 2") == 2.0
-    assert http1.keepalive_hint("max=100") is None and http1.keepalive_hint("timeout=soon") is None
-    assert http1.keepalive_hint("timeout=-1") is None and http1.keepalive_hint("timeout=nan") is None
 
 
 @pytest.mark.parametrize("kwargs,field", [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pathlib
 import re
 
-from baton import metrics
+from baton import collectors, metrics
 from baton.gateway import gwmetrics  # noqa: F401 - registers the gateway's families
 
 PAGE = pathlib.Path(__file__).resolve().parents[3] / "docs" / "metrics.md"
@@ -35,9 +35,9 @@ def _registered() -> dict[str, tuple[str, tuple[str, ...]]]:
             if name.startswith("baton_"):
                 found[_scraped_name(name, kind)] = (kind, tuple(labelnames))
     # Families computed at scrape time: fed one runtime so that their labels show.
-    runtime = metrics.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)], idle=lambda: 1)
-    queue = metrics.QueueCollector(lambda: [0.5])
-    for family in [*runtime.collect(), *queue.collect(), *metrics.MemoryLimitCollector().collect()]:
+    runtime = collectors.RuntimeCollector(lambda: [("ns", "rt", {"Ready": "True"}, 1.0, 60.0)], idle=lambda: 1)
+    queue = collectors.QueueCollector(lambda: [0.5])
+    for family in [*runtime.collect(), *queue.collect(), *collectors.MemoryLimitCollector().collect()]:
         labels: list[str] = []
         for sample in family.samples:
             labels += [k for k in sample.labels if k not in labels]

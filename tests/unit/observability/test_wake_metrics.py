@@ -3,7 +3,7 @@ baton_wakes_total{outcome="woken"|"failed"} and baton_wake_seconds, and baton_ru
 the idle runtimes on the replica that reports the per-runtime series."""
 from __future__ import annotations
 
-from baton import controller, metrics
+from baton import collectors, controller, metrics
 from baton.lifecycle import plan
 from baton.model import status as st
 
@@ -28,7 +28,7 @@ def test_wakes_are_counted_by_outcome_in_lower_case_and_their_latency_observed()
 
 def test_the_idle_gauge_counts_what_the_source_says_and_is_absent_without_one() -> None:
     def families(idle: int | None) -> dict[str, float]:
-        c = metrics.RuntimeCollector(lambda: [], idle=lambda: idle)
+        c = collectors.RuntimeCollector(lambda: [], idle=lambda: idle)
         return {f.name: f.samples[0].value for f in c.collect() if f.samples and not f.samples[0].labels}
     assert families(3) == {"baton_runtimes_idle": 3.0}
     assert families(None) == {}, "not the reporting replica: no series"
