@@ -345,20 +345,18 @@ async def run(args: argparse.Namespace, say: Any) -> dict[str, Any]:
                 sampler = RssSampler(pid)
                 sampler.start()
                 cpu0, calls0 = cpu_seconds(pid), 0
-                d, b = await sdk_latency(direct=direct, bridge=via, calls=args.calls)
-                calls0 += len(b) + min(50, args.calls)
-                sdk = added(direct=d, bridge=b)
-                out["sdk"] = dataclasses.asdict(sdk)
-                for line in added_lines(f"SDK client, {args.calls} calls each, interleaved", sdk):
-                    say(line)
-                # The same against the stateless era (2026-07-28: no session, the envelope on every
-                # request, translated by the bridge onto the child's one session).
-                d, b = await sdk_latency(direct=direct, bridge=via_stateless, calls=args.calls)
-                calls0 += len(b) + min(50, args.calls)
-                stateless = added(direct=d, bridge=b)
-                out["sdk_stateless"] = dataclasses.asdict(stateless)
-                for line in added_lines(f"SDK client in the {STATELESS} era, {args.calls} calls each, interleaved", stateless):
-                    say(line)
+                # The handshake era, then the stateless one (2026-07-28: no session, the envelope on
+                # every request, translated by the bridge onto the child's one session).
+                sdk_added: dict[str, Added] = {}
+                for key, client, label in (("sdk", via, "SDK client"),
+                                           ("sdk_stateless", via_stateless, f"SDK client in the {STATELESS} era")):
+                    d, b = await sdk_latency(direct=direct, bridge=client, calls=args.calls)
+                    calls0 += len(b) + min(50, args.calls)
+                    sdk_added[key] = added(direct=d, bridge=b)
+                    out[key] = dataclasses.asdict(sdk_added[key])
+                    for line in added_lines(f"{label}, {args.calls} calls each, interleaved", sdk_added[key]):
+                        say(line)
+                sdk, stateless = sdk_added["sdk"], sdk_added["sdk_stateless"]
 
                 d, b, h = await asyncio.to_thread(raw_latency, port=bridge.port, calls=args.calls)
                 calls0 += len(b) + min(50, args.calls)
