@@ -169,6 +169,9 @@ class ApiProxy:
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
         self._done: asyncio.Event | None = None
+        # The upstream responses being relayed (watches): closed at stop, so each handler ends at
+        # once instead of holding the runner's cleanup for its shutdown timeout, twice (4 s).
+        self._relaying: set[aiohttp.ClientResponse] = set()
 
     # -- lifecycle
 
@@ -348,6 +351,8 @@ class ApiProxy:
         # Shutting down: wake everything that waits, cut upstream, close the listener.
         self._stopping.set()
         self._release_ev.set()
+        for upstream in list(self._relaying):
+            upstream.close()
         await self._session.close()
         try:
             await asyncio.wait_for(self._runner.cleanup(), self._stop_timeout)
@@ -450,6 +455,7 @@ class ApiProxy:
                 resp.headers.add(k, v)
         if upstream.headers.get("Content-Length") is not None:
             resp.content_length = int(upstream.headers["Content-Length"])
+        self._relaying.add(upstream)
         try:
             async with upstream:
                 if self._dead(request, entry):
@@ -467,6 +473,12 @@ class ApiProxy:
                     await resp.write(chunk)
                     with self._lock:
                         entry.bytes_out += len(chunk)
+                if self._stopping.is_set():  # closed by stop(): cut, not ended
+                    with self._lock:
+                        entry.dropped = True
+                    if request.transport is not None:
+                        request.transport.close()
+                    return self._finish(entry, resp)
                 # A chunked stream's end is a message too (the terminating chunk); a response
                 # of known length is complete once its bytes are out.
                 if resp.content_length is None and self._went_dark(entry):
@@ -483,6 +495,8 @@ class ApiProxy:
                     entry.error = f"{type(e).__name__}: {e}"
             if request.transport is not None:
                 request.transport.close()
+        finally:
+            self._relaying.discard(upstream)
         return self._finish(entry, resp)
 
     def _went_dark(self, entry: LogEntry) -> bool:

@@ -18,6 +18,7 @@ import enum
 import http.client
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ from kubernetes import client, watch
 from dev.digestkey import ensure as ensure_key
 from dev.ports import free_port
 from dev.wait import wait_for
+from harness import watchlog
 from harness.kwok import assert_loopback
 from harness.operator import ChildProcess
 
@@ -479,9 +481,26 @@ class ToolServer:
                     data = f"id: {i}\ndata: {json.dumps({'gen': entry['gen'], 'i': i, 't': time.monotonic()})}\n\n".encode()
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                     self.wfile.flush()
-                    time.sleep(gap)
+                    if self._closed_by_peer(gap):
+                        return
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
+
+            def _closed_by_peer(self, seconds: float) -> bool:
+                """Wait `seconds`, or less if the client closes the connection (True then): a
+                stream whose reader went ends at once, not at its next write (up to two gaps
+                later: the first write after the close still succeeds), which tests wait for."""
+                deadline = time.monotonic() + seconds
+                poller = select.poll()  # not select(): a test may hold more than 1024 descriptors
+                poller.register(self.connection, select.POLLIN)
+                if poller.poll(seconds * 1000):
+                    try:
+                        if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                            return True
+                    except OSError:
+                        return True
+                    time.sleep(max(0.0, deadline - time.monotonic()))  # bytes, not an end: the gap stands
+                return False
 
         class Server(ThreadingHTTPServer):
             daemon_threads = True
@@ -663,7 +682,7 @@ class ToolFleet:
         self.by_ip: dict[str, ToolServer] = {}
         self.servers: list[ToolServer] = []
         self.lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stop = watchlog.Stopper()  # stop() ends the open watch at once, not at its timeout
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -712,24 +731,25 @@ class ToolFleet:
 
     def _run(self) -> None:
         deadline = time.monotonic() + 600  # bounded: no test here runs longer
+        watched = self._stop.opening(self.core.list_namespaced_pod)
         while not self._stop.is_set() and time.monotonic() < deadline:
             try:
                 w = watch.Watch()
-                for ev in w.stream(self.core.list_namespaced_pod, self.namespace,
+                for ev in w.stream(watched, self.namespace,
                                    label_selector=f"baton.dev/runtime={self.runtime}", timeout_seconds=5):
                     self._apply(ev["type"], ev["object"])
                     if self._stop.is_set():
                         w.stop()
                         break
             except Exception:  # a dropped watch: list and watch again
-                time.sleep(0.2)
+                self._stop.wait(0.2)
 
     def of(self, generation: int) -> ToolServer | None:
         with self.lock:
             return next((s for s in self.servers if s.generation == generation), None)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stop.stop()
         self._thread.join(15)
         with self.lock:
             for s in self.servers:

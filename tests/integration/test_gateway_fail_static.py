@@ -4,7 +4,7 @@ through a loopback proxy the test controls (harness.apiproxy); `blackhole()` tak
 away from the gateway alone (its requests never answered, its watches silent), the operator keeps
 its own direct connection.
 
-- Away for 60 s: calls to a runtime in steady state keep being forwarded throughout (before, every
+- Away for 40 s: calls to a runtime in steady state keep being forwarded throughout (before, every
   call was held from duration - margin on, then refused); calls to a runtime whose view shows a
   transition are held, then refused 503 Transitioning at their admissionSeconds. Back: the gateway
   registers, lists again, and serves the runtime on its next generation.
@@ -31,7 +31,10 @@ from harness.runtimes import Runtimes, runtime_manifest
 
 pytestmark = pytest.mark.usefixtures("kwok_nodes")
 ADMISSION = 5
-AWAY_SECONDS = 60.0
+# Ten times the point where the registration lapses (6 s Lease - 2 s margin), several renewals
+# timing out in full (10 s read bound each), three calls to `moving` held to ADMISSION at 12, 24
+# and 36 s; the static window (STATIC_SECONDS) and the watches' 90 s read bound are further out.
+AWAY_SECONDS = 40.0
 STATIC_SECONDS = 120  # the harness's Lease is 6 s: the window covers the whole outage
 
 

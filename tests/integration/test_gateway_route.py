@@ -147,7 +147,9 @@ def test_a_gateway_replica_that_does_not_answer_the_seal_leaves_the_slice_while_
     pod_a = gateway_pod(core, namespace, "gw-a", gw_a, "127.0.0.1")
     pod_b = gateway_pod(core, namespace, "gw-b", gw_b, "127.0.0.2")
     operators("op-a", env={"BATON_SYSTEM_NAMESPACE": namespace})
-    m = runtime_manifest("tool", service=True, loopback=True, budgets={"drainSeconds": 30})
+    # The retire waits for gw-b's seal until drainSeconds: past its Lease (6 s) and far past the
+    # ~2 s in which its pod leaves the slice (the test's window to see it out); 30 s added nothing.
+    m = runtime_manifest("tool", service=True, loopback=True, budgets={"drainSeconds": 12})
     m["spec"]["template"]["spec"]["containers"][0]["ports"] = [{"name": "http", "containerPort": fleet.port}]
     m["spec"]["service"] = {"ports": [{"port": 80, "targetPort": "http"}], "gateway": True}
     rts.create(m)

@@ -7,7 +7,8 @@ file is created at once by two module fixtures and they go idle together, once, 
 ~70 s: each test then finds its runtime idle (or, for the claim and the health checks, not / in
 spite of them). The tests depend on their order (pytest's, the file's): each plane's later tests
 start from what the earlier ones left. Plane A (one operator, one gateway) holds the runtimes of proofs 1 to 5; plane B
-(two operator replicas, two gateway replicas) the runtime of proof 6.
+(two operator replicas, two gateway replicas) the runtime of proof 6, whose wakes run second (PAIR's
+second afterSeconds, which a later test waits out, then passes during plane A's tests).
 
 1. idle after afterSeconds, its pod gone (status.idle.since, Ready=False Idle, history Idled, an
    Idle event); one call wakes it, answered by the new generation with Baton-Held-Ms; status.idle
@@ -28,8 +29,8 @@ arriving during the Idle retire itself wakes the runtime), PAIR after its gatewa
 operator that does not wake an idle runtime from a dead replica's stale demand (it believes a
 replica's demand only once it saw that replica write its Lease: sealing.demanding).
 
-afterSeconds' floor (60 s, the CRD's; no setting lowers it) is paid once: the whole file runs in
-about 3.5 minutes, of which ~70 s is that shared wait.
+afterSeconds' floor (60 s, the CRD's; no setting lowers it) is paid once for all runtimes (PAIR's
+second one mostly during plane A's tests): the whole file runs in about 2.7 minutes.
 """
 from __future__ import annotations
 
@@ -357,6 +358,80 @@ def test_an_idle_runtime_loses_its_pod_and_one_call_wakes_it(plane_a: Plane) -> 
     assert len([e for e in plane_a.pods.added() if e.of(ONE)]) == 2, "one pod a generation, two in all"
 
 
+# Plane B's two wakes run here, right after the first test (by then every runtime is idle), not
+# after plane A's tests: PAIR's second afterSeconds (test_a_runtime_still_goes_idle_after_a_
+# gateway_replica_was_killed waits it out) then runs while plane A's tests do.
+def test_an_operator_replica_killed_during_a_wake_the_other_one_finishes_it(plane_b: Plane) -> None:
+    rts = plane_b.rts
+    plane_b.wait_idle(PAIR2)
+    # The wake's pod is Ready only once the test removes its annotation (changed while idle: starts nothing).
+    rts.patch(PAIR2, {"spec": {"template": {"metadata": {"annotations": {NEVER_READY: "true"}}}}})
+    gw_b = plane_b.gateways[1]
+    threads, out = _calls(gw_b.port, plane_b.host(PAIR2), 5, timeout=WAKE_SECONDS + 30, prefix="o")
+    pod = wait_for(lambda: _gen_pod(plane_b, PAIR2, 2), timeout=10, what="the wake's pod (generation 2)")
+    holder = wait_for(lambda: _lease_holder(plane_b, PAIR2), timeout=10, what="the wake's Lease holder")
+    [victim] = [p for p in plane_b.ops.started if p.identity == holder]
+    victim.kill()  # SIGKILL mid-wake: its Lease is taken over once it expires
+    plane_b.ops.start("op-c")  # two replicas again, for the tests after
+    taken = wait_for(lambda: _lease_holder(plane_b, PAIR2) not in ("", holder) and _lease_holder(plane_b, PAIR2),
+                     timeout=WAKE_SECONDS, what="another replica holding the wake's Lease")
+    print(f"{PAIR2}: {holder} killed during the wake, {taken} took it over; "
+          f"transition {(rts.status(PAIR2).get('transition') or {}).get('step')}")
+    assert not out, "the calls are still held"
+    rts.core.patch_namespaced_pod(pod.metadata.name, plane_b.namespace, {"metadata": {"annotations": {NEVER_READY: None}}})
+    for t in threads:
+        t.join(WAKE_SECONDS + 40)
+    print(f"held calls: {[(r.status, r.generation, round(r.seconds, 2)) if isinstance(r, Reply) else r for r in out]}")
+    assert len(out) == 5 and all(isinstance(r, Reply) and r.status == 200 and r.generation == 2 for r in out), out
+    st = rts.wait_ready(PAIR2, 2, timeout=30)
+    assert ((st.get("idle") or {}).get("lastWake") or {}).get("outcome") == "Woken", st.get("idle")
+    assert plane_b.pods is not None
+    gens = sorted(e.generation or 0 for e in plane_b.pods.added() if e.of(PAIR2))
+    assert gens == [1, 2], f"pods created: generations {gens}"
+
+
+def test_two_replicas_each_one_gateway_killed_during_a_wake_one_generation_held_calls_answered(plane_b: Plane) -> None:
+    rts = plane_b.rts
+    plane_b.wait_idle(PAIR)
+    gw_a, gw_b = plane_b.gateways
+    # The wake's pod is Ready only once the test says so (kwok's stage: the pod's annotation
+    # removed): gw-a is killed while the wake is under way, not after. Changed while idle: starts nothing.
+    rts.patch(PAIR, {"spec": {"template": {"metadata": {"annotations": {NEVER_READY: "true"}}}}})
+    doomed, doomed_out = _calls(gw_a.port, plane_b.host(PAIR), 5, timeout=WAKE_SECONDS + 30, prefix="a")
+    kept, kept_out = _calls(gw_b.port, plane_b.host(PAIR), 5, timeout=WAKE_SECONDS + 30, prefix="b")
+    wait_for(lambda: _demand(plane_b, gw_a) == [f"{plane_b.namespace}/{PAIR}"], timeout=5, what="gw-a's demand on its Lease")
+    pod = wait_for(lambda: next((p for p in rts.pods(PAIR) if (p.metadata.labels or {}).get("baton.dev/generation") == "2"), None),
+                   timeout=10, what="the wake's pod (generation 2)")
+    transition = rts.status(PAIR).get("transition") or {}
+    assert transition.get("trigger") == "Wake" and transition.get("to") == 2, transition
+    gw_a.kill()  # SIGKILL: its held calls' connections are reset, its Lease stays (never renewed again)
+    for t in doomed:
+        t.join(10)
+    print(f"gw-a killed during the wake ({transition.get('step')}); its calls: "
+          f"{[type(r).__name__ if not isinstance(r, Reply) else r.status for r in doomed_out]}")
+    assert not kept_out, "gw-b's calls are still held"
+    rts.core.patch_namespaced_pod(pod.metadata.name, plane_b.namespace,
+                                  {"metadata": {"annotations": {NEVER_READY: None}}})
+    for t in kept:
+        t.join(WAKE_SECONDS + 40)
+    # The clients of the killed replica retry through the other one, once.
+    retried = [call(gw_b.port, plane_b.host(PAIR), body=rpc(rid=f"retry{i}"), timeout=WAKE_SECONDS + 30)
+               for i, r in enumerate(doomed_out) if not isinstance(r, Reply)]
+    answered = [r for r in kept_out + retried + doomed_out if isinstance(r, Reply)]
+    print(f"killed replica: {sum(not isinstance(r, Reply) for r in doomed_out)} calls cut, "
+          f"{len(retried)} retried; answers {[(r.status, r.generation) for r in answered]}")
+    assert len(kept_out) == 5 and len(answered) == 10
+    assert all(r.status == 200 and r.generation == 2 for r in answered), answered
+    rts.wait_ready(PAIR, 2, timeout=30)
+    assert plane_b.pods is not None
+    # Both operators saw the demand (gw-a's stays on its dead Lease): one generation all the same.
+    time.sleep(3)
+    gens = sorted(e.generation or 0 for e in plane_b.pods.added() if e.of(PAIR))
+    assert gens == [1, 2], f"pods created: generations {gens}"
+    assert (rts.status(PAIR).get("current") or {}).get("generation") == 2
+    plane_b.ready_at[PAIR] = time.monotonic()
+
+
 def test_a_wake_that_never_becomes_ready_times_out_leaves_no_pod_and_backs_off(plane_a: Plane) -> None:
     rts, gw = plane_a.rts, plane_a.gateways[0]
     plane_a.wait_idle(NEVER)
@@ -522,77 +597,6 @@ def _lease_holder(plane: Plane, runtime: str) -> str:
 def _gen_pod(plane: Plane, runtime: str, generation: int) -> Any:
     return next((p for p in plane.rts.pods(runtime)
                  if (p.metadata.labels or {}).get("baton.dev/generation") == str(generation)), None)
-
-
-def test_an_operator_replica_killed_during_a_wake_the_other_one_finishes_it(plane_b: Plane) -> None:
-    rts = plane_b.rts
-    plane_b.wait_idle(PAIR2)
-    # The wake's pod is Ready only once the test removes its annotation (changed while idle: starts nothing).
-    rts.patch(PAIR2, {"spec": {"template": {"metadata": {"annotations": {NEVER_READY: "true"}}}}})
-    gw_b = plane_b.gateways[1]
-    threads, out = _calls(gw_b.port, plane_b.host(PAIR2), 5, timeout=WAKE_SECONDS + 30, prefix="o")
-    pod = wait_for(lambda: _gen_pod(plane_b, PAIR2, 2), timeout=10, what="the wake's pod (generation 2)")
-    holder = wait_for(lambda: _lease_holder(plane_b, PAIR2), timeout=10, what="the wake's Lease holder")
-    [victim] = [p for p in plane_b.ops.started if p.identity == holder]
-    victim.kill()  # SIGKILL mid-wake: its Lease is taken over once it expires
-    plane_b.ops.start("op-c")  # two replicas again, for the tests after
-    taken = wait_for(lambda: _lease_holder(plane_b, PAIR2) not in ("", holder) and _lease_holder(plane_b, PAIR2),
-                     timeout=WAKE_SECONDS, what="another replica holding the wake's Lease")
-    print(f"{PAIR2}: {holder} killed during the wake, {taken} took it over; "
-          f"transition {(rts.status(PAIR2).get('transition') or {}).get('step')}")
-    assert not out, "the calls are still held"
-    rts.core.patch_namespaced_pod(pod.metadata.name, plane_b.namespace, {"metadata": {"annotations": {NEVER_READY: None}}})
-    for t in threads:
-        t.join(WAKE_SECONDS + 40)
-    print(f"held calls: {[(r.status, r.generation, round(r.seconds, 2)) if isinstance(r, Reply) else r for r in out]}")
-    assert len(out) == 5 and all(isinstance(r, Reply) and r.status == 200 and r.generation == 2 for r in out), out
-    st = rts.wait_ready(PAIR2, 2, timeout=30)
-    assert ((st.get("idle") or {}).get("lastWake") or {}).get("outcome") == "Woken", st.get("idle")
-    assert plane_b.pods is not None
-    gens = sorted(e.generation or 0 for e in plane_b.pods.added() if e.of(PAIR2))
-    assert gens == [1, 2], f"pods created: generations {gens}"
-
-
-def test_two_replicas_each_one_gateway_killed_during_a_wake_one_generation_held_calls_answered(plane_b: Plane) -> None:
-    rts = plane_b.rts
-    plane_b.wait_idle(PAIR)
-    gw_a, gw_b = plane_b.gateways
-    # The wake's pod is Ready only once the test says so (kwok's stage: the pod's annotation
-    # removed): gw-a is killed while the wake is under way, not after. Changed while idle: starts nothing.
-    rts.patch(PAIR, {"spec": {"template": {"metadata": {"annotations": {NEVER_READY: "true"}}}}})
-    doomed, doomed_out = _calls(gw_a.port, plane_b.host(PAIR), 5, timeout=WAKE_SECONDS + 30, prefix="a")
-    kept, kept_out = _calls(gw_b.port, plane_b.host(PAIR), 5, timeout=WAKE_SECONDS + 30, prefix="b")
-    wait_for(lambda: _demand(plane_b, gw_a) == [f"{plane_b.namespace}/{PAIR}"], timeout=5, what="gw-a's demand on its Lease")
-    pod = wait_for(lambda: next((p for p in rts.pods(PAIR) if (p.metadata.labels or {}).get("baton.dev/generation") == "2"), None),
-                   timeout=10, what="the wake's pod (generation 2)")
-    transition = rts.status(PAIR).get("transition") or {}
-    assert transition.get("trigger") == "Wake" and transition.get("to") == 2, transition
-    gw_a.kill()  # SIGKILL: its held calls' connections are reset, its Lease stays (never renewed again)
-    for t in doomed:
-        t.join(10)
-    print(f"gw-a killed during the wake ({transition.get('step')}); its calls: "
-          f"{[type(r).__name__ if not isinstance(r, Reply) else r.status for r in doomed_out]}")
-    assert not kept_out, "gw-b's calls are still held"
-    rts.core.patch_namespaced_pod(pod.metadata.name, plane_b.namespace,
-                                  {"metadata": {"annotations": {NEVER_READY: None}}})
-    for t in kept:
-        t.join(WAKE_SECONDS + 40)
-    # The clients of the killed replica retry through the other one, once.
-    retried = [call(gw_b.port, plane_b.host(PAIR), body=rpc(rid=f"retry{i}"), timeout=WAKE_SECONDS + 30)
-               for i, r in enumerate(doomed_out) if not isinstance(r, Reply)]
-    answered = [r for r in kept_out + retried + doomed_out if isinstance(r, Reply)]
-    print(f"killed replica: {sum(not isinstance(r, Reply) for r in doomed_out)} calls cut, "
-          f"{len(retried)} retried; answers {[(r.status, r.generation) for r in answered]}")
-    assert len(kept_out) == 5 and len(answered) == 10
-    assert all(r.status == 200 and r.generation == 2 for r in answered), answered
-    rts.wait_ready(PAIR, 2, timeout=30)
-    assert plane_b.pods is not None
-    # Both operators saw the demand (gw-a's stays on its dead Lease): one generation all the same.
-    time.sleep(3)
-    gens = sorted(e.generation or 0 for e in plane_b.pods.added() if e.of(PAIR))
-    assert gens == [1, 2], f"pods created: generations {gens}"
-    assert (rts.status(PAIR).get("current") or {}).get("generation") == 2
-    plane_b.ready_at[PAIR] = time.monotonic()
 
 
 def test_a_runtime_still_goes_idle_after_a_gateway_replica_was_killed(plane_b: Plane) -> None:
